@@ -1,0 +1,58 @@
+"""Kafka error codes and the exceptions the codec raises.
+
+Owns: `ErrorCode` (Kafka's numeric error codes, `Errors.java` names) and the
+two codec exceptions. `DecodeError` means the *peer* sent bad bytes (answer
+with an error code or close the connection); `EncodeError` means *we* tried to
+write something the schema cannot hold (a bug on our side).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class DecodeError(Exception):
+    """The remote side sent bytes that do not decode under the schema."""
+
+
+class EncodeError(Exception):
+    """A local value does not fit the schema it is being written with."""
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    NETWORK_EXCEPTION = 13
+    INVALID_TOPIC_EXCEPTION = 17
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_VERSION = 35
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    INVALID_RECORD = 87
+    THROTTLING_QUOTA_EXCEEDED = 89
+    INCONSISTENT_VOTER_SET = 94
+    INVALID_UPDATE_VERSION = 95
+    FEATURE_UPDATE_FAILED = 96
+    SNAPSHOT_NOT_FOUND = 98
+    POSITION_OUT_OF_RANGE = 99
+    DUPLICATE_BROKER_REGISTRATION = 101
+    BROKER_ID_NOT_REGISTERED = 102
+    INCONSISTENT_CLUSTER_ID = 104
+    UNKNOWN_CONTROLLER_ID = 116
+    INVALID_REGISTRATION = 119
+    INVALID_VOTER_KEY = 125
+    DUPLICATE_VOTER = 126
+    VOTER_NOT_FOUND = 127

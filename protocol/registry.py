@@ -1,0 +1,52 @@
+"""One table from API key to the request/response declarations.
+
+Owns: `API_MODULES` and `lookup()`. Which versions kraftwerk *serves* is not
+decided here (that is server policy, `server/apis.py`); this table says what
+the protocol layer can encode and decode.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from protocol.apis import (
+    add_raft_voter,
+    api_versions,
+    begin_quorum_epoch,
+    broker_heartbeat,
+    broker_registration,
+    controller_registration,
+    describe_cluster,
+    describe_quorum,
+    end_quorum_epoch,
+    fetch,
+    fetch_snapshot,
+    metadata,
+    remove_raft_voter,
+    unregister_broker,
+    update_features,
+    update_raft_voter,
+    vote,
+)
+from protocol.schema import Message
+
+_MODULES = (
+    add_raft_voter, api_versions, begin_quorum_epoch, broker_heartbeat,
+    broker_registration, controller_registration, describe_cluster,
+    describe_quorum, end_quorum_epoch, fetch, fetch_snapshot, metadata,
+    remove_raft_voter, unregister_broker, update_features, update_raft_voter, vote,
+)
+
+# api_key -> (request, response)
+API_MESSAGES: MappingProxyType[int, tuple[Message, Message]] = MappingProxyType(
+    {m.REQUEST.api_key: (m.REQUEST, m.RESPONSE) for m in _MODULES}
+)
+
+
+def lookup(api_key: int) -> tuple[Message, Message] | None:
+    return API_MESSAGES.get(api_key)
+
+
+def api_name(api_key: int) -> str:
+    pair = API_MESSAGES.get(api_key)
+    return pair[0].name.removesuffix("Request") if pair else f"Unknown({api_key})"
