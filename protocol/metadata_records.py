@@ -32,7 +32,7 @@ REGISTER_BROKER_RECORD = Message(
         F('Rack', 'string', '0+', nullable_versions='0+'),
         F('Fenced', 'bool', '0+', default='true'),
         F('InControlledShutdown', 'bool', '1+', default='false'),
-        F('LogDirs', '[]uuid', '3+', tag='0', tagged_versions='3+'),
+        F('LogDirs', '[]uuid', '3+', tag=0, tagged_versions='3+'),
     ),
 )
 
@@ -144,7 +144,7 @@ BROKER_REGISTRATION_CHANGE_RECORD = Message(
         F('BrokerEpoch', 'int64', '0+'),
         F('Fenced', 'int8', '0+', tag=0, tagged_versions='0+'),
         F('InControlledShutdown', 'int8', '1+', tag=1, tagged_versions='1+'),
-        F('LogDirs', '[]uuid', '2+', tag='2', tagged_versions='2+'),
+        F('LogDirs', '[]uuid', '2+', tag=2, tagged_versions='2+'),
     ),
 )
 

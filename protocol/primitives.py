@@ -641,7 +641,11 @@ class KafkaStruct(Construct):
                 for spec in self.tagged:
                     default = _default_expr(spec, code)
                     lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
-                    lines.append(f"    if obj != {default}:")
+                    if callable(spec.default):
+                        # Lists and structs: compare strictly, see `tagged_value_differs`.
+                        lines.append(f"    if tagged_value_differs(obj, {default}):")
+                    else:
+                        lines.append(f"    if obj != {default}:")
                     lines.append("        outer = io")
                     lines.append("        io = BytesIO()")
                     lines.append(f"        {spec.con._compilebuild(code)}")
@@ -687,12 +691,34 @@ def build_tagged_section(stream, obj, tagged: list[FieldSpec], context, path) ->
     present = []
     for spec in tagged:
         value = _get(obj, spec)
-        if value != spec.default_value():
+        if tagged_value_differs(value, spec.default_value()):
             buf = BytesIO()
             spec.con._build(value, buf, context, path)
             present.append((spec.tag, buf.getvalue()))
     unknown = obj.get("_unknown_tagged_fields") if hasattr(obj, "get") else None
     write_tagged_section(stream, present, unknown)
+
+
+def tagged_value_differs(value, default) -> bool:
+    """Whether a tagged field must be written (it differs from its default).
+
+    construct's `Container.__eq__` ignores keys starting with "_", so a struct
+    equal to its default except for `_unknown_tagged_fields` would compare
+    equal and be dropped, losing the unknown tags; this comparison sees them.
+    """
+    if isinstance(value, dict):
+        if not isinstance(default, dict):
+            return True
+        for key, item in value.items():
+            if key in default:
+                if tagged_value_differs(item, default[key]):
+                    return True
+            elif key == "_unknown_tagged_fields" and item:
+                return True
+        return False
+    if isinstance(value, list) and isinstance(default, list):
+        return len(value) != len(default) or any(map(tagged_value_differs, value, default))
+    return value != default
 
 
 def write_tagged_section(io: BytesIO, present: list, unknown: list | None) -> None:

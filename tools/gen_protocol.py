@@ -43,7 +43,9 @@ def field_source(f: dict, indent: str) -> str:
     if "nullableVersions" in f:
         kwargs.append(f"nullable_versions={f['nullableVersions']!r}")
     if "tag" in f:
-        kwargs.append(f"tag={f['tag']!r}")
+        # Some specs spell the tag as a string ("tag": "0"); Kafka's generator
+        # reads it as a number, and so must we (tags are compared and sorted).
+        kwargs.append(f"tag={int(f['tag'])!r}")
     if "taggedVersions" in f:
         kwargs.append(f"tagged_versions={f['taggedVersions']!r}")
     if "default" in f:

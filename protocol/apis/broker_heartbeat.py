@@ -19,7 +19,7 @@ REQUEST = Message(
         F('CurrentMetadataOffset', 'int64', '0+'),
         F('WantFence', 'bool', '0+'),
         F('WantShutDown', 'bool', '0+'),
-        F('OfflineLogDirs', '[]uuid', '1+', tag='0', tagged_versions='1+'),
+        F('OfflineLogDirs', '[]uuid', '1+', tag=0, tagged_versions='1+'),
     ),
 )
 

@@ -1,0 +1,69 @@
+"""The table of APIs kraftwerk serves: key, versions, handler.
+
+Owns: `SERVED_APIS`, the single place that says which API versions this
+controller advertises in ApiVersions and accepts on the wire. Advertise only
+what is implemented and tested.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from protocol.header import request_header_version, response_header_version
+from protocol.registry import API_MESSAGES
+from protocol.schema import Message
+
+API_VERSIONS_KEY = 18
+
+
+@dataclass(frozen=True, slots=True)
+class ServedApi:
+    api_key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Callable[..., Any]
+    is_async: bool
+    request: Message
+    response: Message
+
+    def request_header_version(self, version: int) -> int:
+        return request_header_version(self.request, version)
+
+    def response_header_version(self, version: int) -> int:
+        return response_header_version(self.request, version)
+
+
+def served(api_key: int, min_version: int, max_version: int, handler, is_async: bool = False) -> ServedApi:
+    request, response = API_MESSAGES[api_key]
+    lo, hi = request.version_range
+    assert lo <= min_version <= max_version <= hi, "cannot serve versions the protocol does not declare"
+    return ServedApi(api_key, request.name.removesuffix("Request"), min_version, max_version, handler,
+                     is_async, request, response)
+
+
+def controller_apis() -> dict[int, ServedApi]:
+    # Imported here so protocol-only users of this module stay light.
+    from server.handlers import (
+        api_versions,
+        broker_heartbeat,
+        broker_registration,
+        describe_cluster,
+        describe_quorum,
+        metadata,
+        unregister_broker,
+        update_features,
+    )
+
+    table = [
+        served(18, 0, 4, api_versions.handle),
+        served(3, 0, 12, metadata.handle),
+        served(55, 0, 2, describe_quorum.handle),
+        served(57, 0, 2, update_features.handle, is_async=True),
+        served(60, 0, 1, describe_cluster.handle),
+        served(62, 0, 4, broker_registration.handle, is_async=True),
+        served(63, 0, 1, broker_heartbeat.handle, is_async=True),
+        served(64, 0, 0, unregister_broker.handle, is_async=True),
+    ]
+    return {api.api_key: api for api in table}

@@ -1,0 +1,505 @@
+"""`kraftwerk`: the command line, shaped like Kafka's own tools.
+
+Owns: argument parsing and output for
+  kraftwerk controller --config FILE            run a controller
+  kraftwerk storage format|random-uuid          prepare a metadata directory
+  kraftwerk features describe|upgrade|downgrade|disable   like kafka-features.sh
+  kraftwerk metadata-quorum describe            like kafka-metadata-quorum.sh
+  kraftwerk demo                                a local controller plus an upgrade story
+
+Exit codes scripts can trust: 0 success, 1 the operation failed (the message
+says why and what to do), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """An operation failed; the message is for the operator."""
+
+
+# --------------------------------------------------------------------------
+# controller
+# --------------------------------------------------------------------------
+
+def _overrides(args) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if getattr(args, "node_id", None) is not None:
+        props["node.id"] = str(args.node_id)
+    if getattr(args, "listener", None):
+        props["listeners"] = args.listener if "://" in args.listener else f"CONTROLLER://{args.listener}"
+    if getattr(args, "log_dir", None):
+        props["metadata.log.dir"] = args.log_dir
+    for item in getattr(args, "override", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(f"--override expects key=value, got {item!r}")
+        props[key] = value
+    return props
+
+
+def _load_config(args):
+    from server.config import load_config
+
+    if args.config and not Path(args.config).exists():
+        raise CommandError(f"config file {args.config} does not exist")
+    return load_config(args.config, _overrides(args))
+
+
+def cmd_controller(args) -> int:
+    from server.node import ControllerNode, StartupError
+    from server.observability import configure_logging
+
+    config = _load_config(args)
+    configure_logging(config.log_level)
+    node = ControllerNode(config)
+    try:
+        node.open()
+    except StartupError as exc:
+        raise CommandError(str(exc)) from None
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(node.run)
+            if args.port_file:
+                Path(args.port_file).write_text(f"{port}\n")
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+
+    trio.run(main)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# storage
+# --------------------------------------------------------------------------
+
+def cmd_storage_random_uuid(args) -> int:
+    from server.storage.meta_properties import random_uuid_string
+
+    print(random_uuid_string())
+    return EXIT_OK
+
+
+def _parse_metadata_version(text: str) -> int:
+    from server.controller.features import find_metadata_version, metadata_version_from_name
+
+    if text.isdigit():
+        if find_metadata_version(int(text)) is None:
+            raise CommandError(f"unknown metadata.version level {text}")
+        return int(text)
+    try:
+        return metadata_version_from_name(text).level
+    except ValueError:
+        raise CommandError(f"unknown metadata.version {text!r} (names look like 3.7-IV4)") from None
+
+
+def _parse_feature_levels(items: list[str] | None) -> dict[str, int]:
+    levels: dict[str, int] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit():
+            raise CommandError(f"--feature expects name=level, got {item!r}")
+        if name in levels:
+            raise CommandError(f"feature {name} given twice")
+        levels[name.strip()] = int(value)
+    return levels
+
+
+def cmd_storage_format(args) -> int:
+    from server.controller.commands import bootstrap_records
+    from server.controller.features import LATEST_PRODUCTION
+    from server.node import write_bootstrap_checkpoint
+    from server.observability import Event, configure_logging, get_logger
+    from server.storage.meta_properties import MetaProperties, parse_uuid_string, random_uuid_string, \
+        read_meta_properties, write_meta_properties
+
+    config = _load_config(args)
+    configure_logging(config.log_level)
+    try:
+        parse_uuid_string(args.cluster_id)
+    except ValueError as exc:
+        raise CommandError(f"--cluster-id {args.cluster_id!r} is not a Kafka uuid ({exc}); "
+                           "get one with `kraftwerk storage random-uuid`") from None
+    level = _parse_metadata_version(args.metadata_version) if args.metadata_version else LATEST_PRODUCTION.level
+    try:
+        records = bootstrap_records(level, _parse_feature_levels(args.feature))
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    directory = Path(config.metadata_log_dir)
+    existing = read_meta_properties(directory) if directory.exists() else None
+    if existing is not None:
+        if args.ignore_formatted:
+            print(f"{directory} is already formatted (cluster {existing.cluster_id}); nothing to do.")
+            return EXIT_OK
+        raise CommandError(f"{directory} is already formatted (cluster {existing.cluster_id}, node "
+                           f"{existing.node_id}); use --ignore-formatted to skip, or delete it to start over")
+    directory.mkdir(parents=True, exist_ok=True)
+    write_bootstrap_checkpoint(directory, records)
+    write_meta_properties(directory, MetaProperties(cluster_id=args.cluster_id, node_id=config.node_id,
+                                                    directory_id=random_uuid_string()))
+    from server.controller.features import metadata_version_from_level
+
+    get_logger("storage").info(Event.STORAGE_FORMATTED, directory=str(directory), cluster_id=args.cluster_id,
+                               metadata_version=str(metadata_version_from_level(level)))
+    print(f"Formatting metadata directory {directory} with metadata.version "
+          f"{metadata_version_from_level(level)}.")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# features
+# --------------------------------------------------------------------------
+
+def _bootstrap_address(args) -> tuple[str, int]:
+    address = args.bootstrap_server or args.bootstrap_controller
+    if not address:
+        raise CommandError("one of --bootstrap-server or --bootstrap-controller is required")
+    first = address.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not port.isdigit():
+        raise CommandError(f"bootstrap address {first!r} must look like host:port")
+    return host, int(port)
+
+
+def _mv_name(level: int) -> str:
+    from server.controller.features import find_metadata_version
+
+    found = find_metadata_version(level)
+    return found.name if found is not None else str(level)
+
+
+async def _connect(args):
+    from server.client import ClientError, KafkaClient
+
+    host, port = _bootstrap_address(args)
+    try:
+        with trio.fail_after(args.timeout_s):
+            return await KafkaClient.connect(host, port)
+    except (ClientError, trio.TooSlowError) as exc:
+        raise CommandError(f"could not reach {host}:{port} ({exc or 'timed out'}); is a controller "
+                           "running there? Start one with `kraftwerk controller --config FILE`") from None
+
+
+async def describe_features(args) -> list[str]:
+    client = await _connect(args)
+    async with client:
+        response = client.api_versions_response
+    finalized = {f.name: f.max_version_level for f in response.finalized_features or []}
+    epoch = response.finalized_features_epoch
+    lines = []
+    for feature in sorted(response.supported_features or [], key=lambda f: f.name):
+        is_mv = feature.name == "metadata.version"
+        show = _mv_name if is_mv else str
+        level = finalized.get(feature.name)
+        lines.append(
+            f"Feature: {feature.name}\tSupportedMinVersion: {show(feature.min_version)}\t"
+            f"SupportedMaxVersion: {show(feature.max_version)}\t"
+            f"FinalizedVersionLevel: {show(level) if level is not None else '-'}\t"
+            f"Epoch: {epoch if epoch is not None and epoch >= 0 else '-'}"
+        )
+    return lines
+
+
+async def update_features(args, operation: str) -> tuple[list[str], bool]:
+    from server.controller.commands import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE
+
+    updates: dict[str, int] = {}
+    if getattr(args, "metadata", None):
+        updates["metadata.version"] = _parse_metadata_version(args.metadata)
+    if operation == "disable":
+        for name in args.feature or []:
+            updates[name] = 0
+    else:
+        for name, level in _parse_feature_levels(args.feature).items():
+            if name in updates:
+                raise CommandError(f"feature {name} given twice")
+            updates[name] = level
+    if not updates:
+        raise CommandError("nothing to do: give --metadata VERSION and/or --feature name=level")
+    if operation == "upgrade":
+        upgrade_type = UPGRADE
+    else:
+        upgrade_type = UNSAFE_DOWNGRADE if args.unsafe else SAFE_DOWNGRADE
+    body = {
+        "timeout_ms": int(args.timeout_s * 1000),
+        "feature_updates": [
+            {"feature": name, "max_version_level": level, "allow_downgrade": upgrade_type != UPGRADE,
+             "upgrade_type": upgrade_type}
+            for name, level in updates.items()
+        ],
+        "validate_only": bool(args.dry_run),
+    }
+    client = await _connect(args)
+    async with client:
+        # Dry runs need ValidateOnly (v1+); downgrades need UpgradeType (v1+).
+        response = await client.call(57, body, min_version=1)
+    past = {"upgrade": "upgraded", "downgrade": "downgraded", "disable": "disabled"}[operation]
+    per_feature_errors = {r.feature: (r.error_code, r.error_message) for r in response.results or []}
+    lines = []
+    failed = 0
+    for name, level in updates.items():
+        code, message = per_feature_errors.get(name, (response.error_code, response.error_message))
+        if response.error_code != 0:
+            code, message = response.error_code, response.error_message
+        shown = _mv_name(level) if name == "metadata.version" else str(level)
+        if code != 0:
+            failed += 1
+            lines.append(f"Could not {operation} {name} to {shown}. {message}")
+        elif operation == "disable":
+            lines.append(f"{name} can be disabled." if args.dry_run else f"{name} was disabled.")
+        else:
+            lines.append(f"{name} can be {past} to {shown}." if args.dry_run else f"{name} was {past} to {shown}.")
+    if failed:
+        lines.append(f"{failed} out of {len(updates)} operation(s) failed.")
+    return lines, failed == 0
+
+
+def cmd_features(args) -> int:
+    if args.features_command == "describe":
+        for line in trio.run(describe_features, args):
+            print(line)
+        return EXIT_OK
+    lines, ok = trio.run(update_features, args, args.features_command)
+    for line in lines:
+        print(line)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+# --------------------------------------------------------------------------
+# metadata-quorum
+# --------------------------------------------------------------------------
+
+async def describe_quorum(args) -> list[str]:
+    client = await _connect(args)
+    async with client:
+        cluster = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+        response = await client.call(55, {"topics": [{"topic_name": "__cluster_metadata",
+                                                       "partitions": [{"partition_index": 0}]}]})
+    if response.error_code != 0:
+        raise CommandError(f"DescribeQuorum failed: error {response.error_code} {response.error_message or ''}")
+    partition = response.topics[0].partitions[0]
+    if partition.error_code != 0:
+        raise CommandError(f"DescribeQuorum failed: error {partition.error_code} {partition.error_message or ''}")
+    if args.replication:
+        lines = ["NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus"]
+        for status, replicas in (("Leader/Voter", partition.current_voters), ("Observer", partition.observers)):
+            for replica in replicas:
+                is_leader = replica.replica_id == partition.leader_id
+                role = "Leader" if is_leader else status.split("/")[-1]
+                lag = max(partition.high_watermark - replica.log_end_offset, 0) if replica.log_end_offset >= 0 else "-"
+                lines.append(f"{replica.replica_id}\t{replica.log_end_offset}\t{lag}\t"
+                             f"{replica.last_fetch_timestamp}\t{replica.last_caught_up_timestamp}\t{role}")
+        return lines
+    voters = [r.replica_id for r in partition.current_voters]
+    observers = [r.replica_id for r in partition.observers]
+    lags = [partition.high_watermark - r.log_end_offset for r in partition.current_voters if r.log_end_offset >= 0]
+    return [
+        f"ClusterId:              {cluster.cluster_id}",
+        f"LeaderId:               {partition.leader_id}",
+        f"LeaderEpoch:            {partition.leader_epoch}",
+        f"HighWatermark:          {partition.high_watermark}",
+        f"MaxFollowerLag:         {max(lags) if lags else 0}",
+        f"CurrentVoters:          {voters}",
+        f"CurrentObservers:       {observers}",
+    ]
+
+
+def cmd_metadata_quorum(args) -> int:
+    for line in trio.run(describe_quorum, args):
+        print(line)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# demo: a local controller and a short upgrade story
+# --------------------------------------------------------------------------
+
+DEMO_PROPERTIES = """\
+# A single local controller, written by `kraftwerk demo`.
+node.id=1
+process.roles=controller
+listeners=CONTROLLER://127.0.0.1:{port}
+metadata.log.dir={log_dir}
+"""
+
+
+def cmd_demo(args) -> int:
+    from server.storage.meta_properties import random_uuid_string
+
+    work = Path(args.dir).resolve()
+    log_dir = work / "controller-1"
+    if log_dir.exists() and not args.keep:
+        import shutil
+
+        shutil.rmtree(log_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    config_path = work / "controller-1.properties"
+    config_path.write_text(DEMO_PROPERTIES.format(port=args.port, log_dir=log_dir))
+    exe = [sys.executable, "-m", "server.cli"]
+
+    def step(title: str, argv: list[str], expect_ok: bool = True) -> None:
+        print(f"\n$ kraftwerk {' '.join(argv)}    # {title}", flush=True)
+        result = subprocess.run(exe + argv, capture_output=True, text=True, timeout=60)
+        sys.stdout.write(result.stdout)
+        if result.returncode != 0 and expect_ok:
+            sys.stdout.write(result.stderr)
+            raise CommandError(f"demo step failed: kraftwerk {' '.join(argv)}")
+
+    cluster_id = random_uuid_string()
+    if not (log_dir / "meta.properties").exists():
+        step("format storage at 3.7-IV4", ["storage", "format", "--cluster-id", cluster_id,
+                                            "--metadata-version", "3.7-IV4", "--config", str(config_path)])
+    port_file = work / "controller-1.port"
+    port_file.unlink(missing_ok=True)
+    log_file = open(work / "controller-1.log", "ab")
+    controller = subprocess.Popen(exe + ["controller", "--config", str(config_path), "--port-file", str(port_file)],
+                                  stdout=log_file, stderr=log_file, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if controller.poll() is not None:
+                raise CommandError(f"the controller exited early; see {work / 'controller-1.log'}")
+            if time.monotonic() > deadline:
+                raise CommandError("the controller did not start within 30 s")
+            time.sleep(0.05)
+        server = f"127.0.0.1:{port_file.read_text().strip()}"
+        print(f"\nController 1 is running on {server} (pid {controller.pid}, logs in {work / 'controller-1.log'}).")
+        step("what does the cluster support and run?", ["features", "describe", "--bootstrap-server", server])
+        step("would an upgrade to 3.9-IV0 work? (dry run)",
+             ["features", "upgrade", "--metadata", "3.9-IV0", "--dry-run", "--bootstrap-server", server])
+        step("upgrade metadata.version online", ["features", "upgrade", "--metadata", "3.9-IV0",
+                                                 "--bootstrap-server", server])
+        step("the finalized level and epoch moved", ["features", "describe", "--bootstrap-server", server])
+        step("a safe downgrade across metadata changes is refused",
+             ["features", "downgrade", "--metadata", "3.6-IV2", "--bootstrap-server", server], expect_ok=False)
+        step("a lossless downgrade is allowed", ["features", "downgrade", "--metadata", "3.8-IV0",
+                                                  "--bootstrap-server", server])
+        step("the quorum", ["metadata-quorum", "describe", "--status", "--bootstrap-server", server])
+        print(f"\nTalk to it with real Kafka clients:\n"
+              f"  python -m kafka.admin -b {server} cluster describe-features\n"
+              f"  kcat -L -b {server}\n"
+              f"  kraftwerk features describe --bootstrap-server {server}\n")
+        if args.exit:
+            return EXIT_OK
+        print("Press Ctrl-C to stop the controller.", flush=True)
+        try:
+            controller.wait()
+        except KeyboardInterrupt:
+            pass
+        return EXIT_OK
+    finally:
+        if controller.poll() is None:
+            controller.send_signal(signal.SIGTERM)
+            try:
+                controller.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                controller.kill()
+        log_file.close()
+
+
+# --------------------------------------------------------------------------
+# parser
+# --------------------------------------------------------------------------
+
+def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--bootstrap-server", help="host:port of a node to talk to")
+    group.add_argument("--bootstrap-controller", help="host:port of a controller to talk to")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="give up after this many seconds")
+
+
+def _add_config(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--config", required=required, help="Kafka-style properties file")
+    parser.add_argument("--node-id", type=int)
+    parser.add_argument("--listener", help="HOST:PORT or NAME://HOST:PORT")
+    parser.add_argument("--log-dir", help="metadata log directory")
+    parser.add_argument("--override", action="append", metavar="KEY=VALUE", help="set any property")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kraftwerk", description="A Kafka-compatible KRaft controller.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    controller = sub.add_parser("controller", help="run a controller")
+    _add_config(controller, required=False)
+    controller.add_argument("--port-file", help="write the bound port here once listening")
+    controller.set_defaults(func=cmd_controller)
+
+    storage = sub.add_parser("storage", help="format a metadata directory")
+    storage_sub = storage.add_subparsers(dest="storage_command", required=True)
+    fmt = storage_sub.add_parser("format", help="write meta.properties and the bootstrap records")
+    _add_config(fmt, required=False)
+    fmt.add_argument("--cluster-id", "-t", required=True)
+    fmt.add_argument("--metadata-version", "--release-version", "-r", help="e.g. 3.7-IV4 (default: latest production)")
+    fmt.add_argument("--feature", "-f", action="append", metavar="NAME=LEVEL")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true")
+    fmt.set_defaults(func=cmd_storage_format)
+    uuid_parser = storage_sub.add_parser("random-uuid", help="print a new cluster id")
+    uuid_parser.set_defaults(func=cmd_storage_random_uuid)
+
+    features = sub.add_parser("features", help="describe and change finalized features")
+    features_sub = features.add_subparsers(dest="features_command", required=True)
+    describe = features_sub.add_parser("describe")
+    _add_bootstrap(describe)
+    for name in ("upgrade", "downgrade", "disable"):
+        op = features_sub.add_parser(name)
+        _add_bootstrap(op)
+        if name != "disable":
+            op.add_argument("--metadata", help="metadata.version name (3.7-IV4) or level")
+            op.add_argument("--feature", action="append", metavar="NAME=LEVEL")
+        else:
+            op.add_argument("--feature", action="append", metavar="NAME", required=True)
+        if name != "upgrade":
+            op.add_argument("--unsafe", action="store_true", help="allow a downgrade that may lose metadata")
+        op.add_argument("--dry-run", action="store_true", help="validate only; change nothing")
+    features.set_defaults(func=cmd_features)
+
+    quorum = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
+    quorum_sub = quorum.add_subparsers(dest="quorum_command", required=True)
+    qdescribe = quorum_sub.add_parser("describe")
+    _add_bootstrap(qdescribe)
+    mode = qdescribe.add_mutually_exclusive_group()
+    mode.add_argument("--status", action="store_true", default=True)
+    mode.add_argument("--replication", action="store_true")
+    quorum.set_defaults(func=cmd_metadata_quorum)
+
+    demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
+    demo.add_argument("--dir", default="var/demo")
+    demo.add_argument("--port", type=int, default=9093)
+    demo.add_argument("--keep", action="store_true", help="keep an existing demo directory")
+    demo.add_argument("--exit", action="store_true", help="stop the controller after the story")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CommandError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Controller configuration: Kafka-style properties into a frozen dataclass.
+
+Owns: `ServerConfig`, `load_properties`, and the mapping from Kafka property
+names (`node.id`, `listeners`, `socket.request.max.bytes`, ...) to typed
+fields with units in their names. Unknown properties are kept (and logged by
+the caller) rather than rejected, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+DEFAULT_PORT = 9093
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @staticmethod
+    def parse(text: str) -> "Listener":
+        # NAME://host:port ; an empty host means all interfaces in Kafka, but
+        # kraftwerk binds loopback unless told otherwise.
+        name, _, rest = text.partition("://")
+        host, _, port = rest.rpartition(":")
+        return Listener(name=name or "CONTROLLER", host=host or "127.0.0.1", port=int(port))
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+# Kafka's SecurityProtocol ids, used in BrokerRegistration/Metadata endpoints.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    node_id: int = 1
+    listener: Listener = Listener("CONTROLLER", "127.0.0.1", DEFAULT_PORT)
+    metadata_log_dir: Path = Path("var/controller-1")
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    connection_max_in_flight_requests: int = 64
+    connections_max_idle_ms: int = 600_000
+    broker_session_timeout_ms: int = 9_000
+    broker_heartbeat_interval_ms: int = 2_000
+    fence_check_interval_ms: int = 1_000
+    unstable_feature_versions_enable: bool = False
+    controller_queue_max_commands: int = 1_000
+    log_segment_bytes: int = 1024 * 1024
+    log_level: str = "info"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def load_properties(text: str) -> dict[str, str]:
+    """Java properties, the subset Kafka configs use: key=value or key: value, # and ! comments."""
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for index, char in enumerate(line):
+            if char in "=:":
+                props[line[:index].strip()] = line[index + 1 :].strip()
+                break
+        else:
+            props[line] = ""
+    return props
+
+
+def _bool(value: str) -> bool:
+    return value.strip().lower() in ("true", "1", "yes")
+
+
+_KNOWN = {
+    "node.id": ("node_id", int),
+    "socket.request.max.bytes": ("socket_request_max_bytes", int),
+    "max.in.flight.requests.per.connection": ("connection_max_in_flight_requests", int),
+    "connections.max.idle.ms": ("connections_max_idle_ms", int),
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", int),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", int),
+    "unstable.feature.versions.enable": ("unstable_feature_versions_enable", _bool),
+    "log.segment.bytes": ("log_segment_bytes", int),
+    "log.level": ("log_level", str),
+}
+
+# Properties Kafka uses that kraftwerk accepts and understands without a field.
+_ACCEPTED = {"process.roles", "controller.listener.names", "controller.quorum.voters",
+             "listener.security.protocol.map", "inter.broker.listener.name"}
+
+
+def config_from_properties(props: dict[str, str], base: ServerConfig | None = None) -> ServerConfig:
+    config = base or ServerConfig()
+    changes: dict = {}
+    extra: dict[str, str] = dict(config.extra)
+    for key, value in props.items():
+        if key in _KNOWN:
+            attr, convert = _KNOWN[key]
+            changes[attr] = convert(value)
+        elif key == "listeners":
+            first = value.split(",")[0].strip()
+            changes["listener"] = Listener.parse(first)
+        elif key in ("metadata.log.dir", "log.dirs", "log.dir"):
+            # metadata.log.dir wins over log.dirs, as in Kafka.
+            if key == "metadata.log.dir" or "metadata.log.dir" not in props:
+                changes["metadata_log_dir"] = Path(value.split(",")[0].strip())
+        elif key not in _ACCEPTED:
+            extra[key] = value
+    changes["extra"] = extra
+    return replace(config, **changes)
+
+
+def load_config(path: str | Path | None, overrides: dict[str, str] | None = None) -> ServerConfig:
+    props: dict[str, str] = {}
+    if path is not None:
+        props.update(load_properties(Path(path).read_text()))
+    props.update(overrides or {})
+    return config_from_properties(props)

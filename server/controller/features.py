@@ -1,0 +1,294 @@
+"""Feature flags: the metadata.version catalog and the other finalizable features.
+
+Owns: the `MetadataVersion` catalog (Kafka's names, levels and didMetadataChange
+flags from `MetadataVersion.java`), the metadata.version gates the controller
+needs (which record versions it may write), the other features (kraft.version,
+group.version, transaction.version) with their bootstrap versions and
+dependencies (`Features.java` and the *Version enums), and this controller's
+supported ranges.
+
+Rules kept here:
+- Levels are plain ints on the wire and in records; `MetadataVersion` objects are
+  looked up from them, never the other way round, so an unknown level is an
+  explicit `None`/`ValueError` instead of a silent default.
+- Everything is immutable: module-level tables are tuples and read-only mappings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+METADATA_VERSION = "metadata.version"
+KRAFT_VERSION = "kraft.version"
+GROUP_VERSION = "group.version"
+TRANSACTION_VERSION = "transaction.version"
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataVersion:
+    """One metadata.version: `3.3-IV0` is level 4. `did_metadata_change` marks the
+    versions whose records cannot be read by the version before them, which is what
+    makes a downgrade across them lossy."""
+
+    name: str
+    level: int
+    did_metadata_change: bool
+
+    def __str__(self) -> str:
+        return self.name
+
+
+METADATA_VERSIONS: tuple[MetadataVersion, ...] = tuple(
+    MetadataVersion(name, level, changed)
+    for name, level, changed in (
+        ("3.0-IV1", 1, True),
+        ("3.1-IV0", 2, False),
+        ("3.2-IV0", 3, True),
+        ("3.3-IV0", 4, False),
+        ("3.3-IV1", 5, True),
+        ("3.3-IV2", 6, True),
+        ("3.3-IV3", 7, True),
+        ("3.4-IV0", 8, True),
+        ("3.5-IV0", 9, False),
+        ("3.5-IV1", 10, False),
+        ("3.5-IV2", 11, True),
+        ("3.6-IV0", 12, False),
+        ("3.6-IV1", 13, True),
+        ("3.6-IV2", 14, True),
+        ("3.7-IV0", 15, True),
+        ("3.7-IV1", 16, False),
+        ("3.7-IV2", 17, True),
+        ("3.7-IV3", 18, False),
+        ("3.7-IV4", 19, False),
+        ("3.8-IV0", 20, False),
+        ("3.9-IV0", 21, False),
+        ("4.0-IV0", 22, False),
+        ("4.0-IV1", 23, True),
+        ("4.0-IV2", 24, False),
+        ("4.0-IV3", 25, False),
+    )
+)
+
+_BY_LEVEL: Mapping[int, MetadataVersion] = MappingProxyType({mv.level: mv for mv in METADATA_VERSIONS})
+_BY_NAME: Mapping[str, MetadataVersion] = MappingProxyType({mv.name: mv for mv in METADATA_VERSIONS})
+
+MINIMUM_KRAFT_VERSION = _BY_LEVEL[1]
+# The first version with FeatureLevelRecord: nothing older can be written to a log.
+MINIMUM_BOOTSTRAP_VERSION = _BY_LEVEL[4]
+LATEST_PRODUCTION = _BY_LEVEL[22]
+LATEST_TESTING = METADATA_VERSIONS[-1]
+
+# Named gates (Kafka's MetadataVersion.is...Supported methods).
+IBP_3_3_IV1 = 5  # NoOpRecord
+IBP_3_3_IV2 = 6  # BrokerRegistrationChangeRecord replaces Fence/UnfenceBrokerRecord
+IBP_3_3_IV3 = 7  # in-controlled-shutdown state in broker registrations
+IBP_3_4_IV0 = 8  # ZK migration fields (RegisterBrokerRecord v2)
+IBP_3_7_IV0 = 15  # controller registration
+IBP_3_7_IV2 = 17  # directory assignment (log dirs in registrations)
+IBP_3_9_IV0 = 21
+IBP_4_0_IV0 = 22
+IBP_4_0_IV2 = 24
+
+
+def metadata_version_from_level(level: int) -> MetadataVersion:
+    """Raises ValueError for a level that names no metadata.version."""
+    try:
+        return _BY_LEVEL[level]
+    except KeyError:
+        raise ValueError(f"unknown metadata.version level {level}") from None
+
+
+def metadata_version_from_name(name: str) -> MetadataVersion:
+    """`3.3-IV0` -> level 4. Raises ValueError for an unknown name."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown metadata.version {name!r}") from None
+
+
+def find_metadata_version(level: int) -> MetadataVersion | None:
+    return _BY_LEVEL.get(level)
+
+
+def is_lossless_downgrade(from_level: int, to_level: int) -> bool:
+    """True iff going from `from_level` down to `to_level` drops no metadata: no
+    version in (to_level, from_level] changed the metadata format. Both levels must
+    be known; `to_level >= from_level` is not a downgrade and counts as lossless."""
+    metadata_version_from_level(from_level)
+    metadata_version_from_level(to_level)
+    return not any(_BY_LEVEL[level].did_metadata_change for level in range(to_level + 1, from_level + 1))
+
+
+def no_op_record_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_3_3_IV1
+
+
+def broker_registration_change_record_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_3_3_IV2
+
+
+def in_controlled_shutdown_state_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_3_3_IV3
+
+
+def controller_registration_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_3_7_IV0
+
+
+def directory_assignment_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_3_7_IV2
+
+
+def register_broker_record_version(mv_level: int) -> int:
+    """RegisterBrokerRecord version Kafka writes at this metadata.version."""
+    if directory_assignment_supported(mv_level):
+        return 3
+    if mv_level >= IBP_3_4_IV0:
+        return 2
+    if in_controlled_shutdown_state_supported(mv_level):
+        return 1
+    return 0
+
+
+def broker_registration_change_record_version(mv_level: int) -> int:
+    """Highest BrokerRegistrationChangeRecord version readable at this metadata.version:
+    v1 adds InControlledShutdown (3.3-IV3), v2 adds LogDirs (3.7-IV2)."""
+    if directory_assignment_supported(mv_level):
+        return 2
+    if in_controlled_shutdown_state_supported(mv_level):
+        return 1
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class SupportedRange:
+    """An inclusive range of feature levels a node can run with."""
+
+    min_level: int
+    max_level: int
+
+    def contains(self, level: int) -> bool:
+        return self.min_level <= level <= self.max_level
+
+    def __str__(self) -> str:
+        # Kafka's VersionRange rendering, which ends up inside error messages.
+        if self.min_level == self.max_level:
+            return str(self.min_level)
+        return f"{self.min_level}-{self.max_level}"
+
+
+# What a node that does not mention a feature supports: only "off".
+DISABLED = SupportedRange(0, 0)
+
+NodeFeatures = Mapping[str, SupportedRange]
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureLevel:
+    """One level of a feature: the metadata.version from which new clusters get it by
+    default, and the levels of other features it needs."""
+
+    level: int
+    bootstrap_mv_level: int
+    dependencies: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureSpec:
+    name: str
+    levels: tuple[FeatureLevel, ...]  # ascending, level 0 ("off") implicit
+    latest_production: int
+    latest_testing: int
+
+    def level(self, level: int) -> FeatureLevel | None:
+        for candidate in self.levels:
+            if candidate.level == level:
+                return candidate
+        return None
+
+
+def _deps(**levels: int) -> Mapping[str, int]:
+    return MappingProxyType({name.replace("_", "."): level for name, level in levels.items()})
+
+
+FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
+    {
+        KRAFT_VERSION: FeatureSpec(
+            KRAFT_VERSION,
+            (FeatureLevel(1, IBP_3_9_IV0, _deps(metadata_version=IBP_3_9_IV0)),),
+            latest_production=1,
+            latest_testing=1,
+        ),
+        GROUP_VERSION: FeatureSpec(
+            GROUP_VERSION,
+            (FeatureLevel(1, IBP_4_0_IV0, _deps()),),
+            latest_production=1,
+            latest_testing=1,
+        ),
+        TRANSACTION_VERSION: FeatureSpec(
+            TRANSACTION_VERSION,
+            (
+                FeatureLevel(1, IBP_4_0_IV2, _deps()),
+                FeatureLevel(2, IBP_4_0_IV2, _deps()),
+            ),
+            latest_production=2,
+            latest_testing=2,
+        ),
+    }
+)
+
+
+def default_feature_level(feature: str, mv_level: int) -> int:
+    """The level a cluster formatted at `mv_level` gets: the highest level whose
+    bootstrap metadata.version is <= `mv_level` (0 if none)."""
+    if feature == METADATA_VERSION:
+        return mv_level
+    spec = FEATURES.get(feature)
+    if spec is None:
+        raise ValueError(f"unknown feature {feature!r}")
+    chosen = 0
+    for level in spec.levels:
+        if level.bootstrap_mv_level <= mv_level:
+            chosen = level.level
+    return chosen
+
+
+def default_feature_levels(mv_level: int) -> dict[str, int]:
+    """Every non-metadata.version feature at its default for `mv_level`, in catalog order."""
+    return {name: default_feature_level(name, mv_level) for name in FEATURES}
+
+
+def dependency_error(feature: str, level: int, proposed: Mapping[str, int]) -> str | None:
+    """Why `feature` cannot be at `level` given the `proposed` levels of every feature
+    (Kafka's `Features.validateVersion` text), or None. Level 0 needs nothing."""
+    if level < 1:
+        return None
+    mv = proposed.get(METADATA_VERSION)
+    if mv is None or mv < MINIMUM_BOOTSTRAP_VERSION.level:
+        return (
+            f"{feature} could not be set to {level} because it depends on "
+            f"metadata.version={MINIMUM_BOOTSTRAP_VERSION.level} ({MINIMUM_BOOTSTRAP_VERSION})"
+        )
+    spec = FEATURES.get(feature)
+    feature_level = spec.level(level) if spec is not None else None
+    if feature_level is None:
+        return None
+    for dependency, needed in feature_level.dependencies.items():
+        have = proposed.get(dependency)
+        if have is None or have < needed:
+            return f"{feature} could not be set to {level} because it depends on {dependency} level {needed}"
+    return None
+
+
+def local_supported_features(unstable_enabled: bool) -> NodeFeatures:
+    """The ranges this controller's software supports (Kafka's
+    `QuorumFeatures.defaultSupportedFeatureMap`): metadata.version from 3.0-IV1,
+    other features from 0, up to the latest production level, or the latest
+    testing level with unstable.feature.versions.enable."""
+    mv_max = LATEST_TESTING if unstable_enabled else LATEST_PRODUCTION
+    ranges = {METADATA_VERSION: SupportedRange(MINIMUM_KRAFT_VERSION.level, mv_max.level)}
+    for name, spec in FEATURES.items():
+        ranges[name] = SupportedRange(0, spec.latest_testing if unstable_enabled else spec.latest_production)
+    return MappingProxyType(ranges)

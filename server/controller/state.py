@@ -1,0 +1,397 @@
+"""The controller's metadata image, rebuilt only by replaying metadata records.
+
+Owns: `ControllerState` (finalized features, their epoch, broker registrations,
+the open metadata transaction), the typed registration values, and the volatile
+`BrokerHeartbeatTracker`.
+
+Rules kept here:
+- `ControllerState.replay(record, offset)` is the ONLY way the image changes (plus
+  `replay_kraft_version` for the raft layer's KRaftVersion control record). Leader,
+  standby and restart all go through it, so the same log gives the same image.
+- A record that does not fit the image (fencing an unknown broker, an epoch that
+  does not match, an unbalanced transaction) raises `ReplayError` *before*
+  anything is changed: the log is authoritative, so a mismatch is a bug.
+- Heartbeat times are not in the log and not in the image: they live in
+  `BrokerHeartbeatTracker`, which a new leader seeds when it activates.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from protocol import metadata_records as mr
+from protocol.records import MetadataRecord
+from server.controller.features import (
+    KRAFT_VERSION,
+    METADATA_VERSION,
+    SupportedRange,
+)
+
+
+class ReplayError(Exception):
+    """A record could not be applied to the image; the image is unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """One registered broker as the log describes it.
+
+    `epoch` is the BrokerEpoch field of its RegisterBrokerRecord (the offset the
+    record got when this incarnation first registered); `registration_offset` is the
+    offset of the latest RegisterBrokerRecord for it. They differ only after the
+    same incarnation re-registers, which keeps its epoch (KAFKA-16952). Heartbeats
+    unfence a broker once it has caught up to `registration_offset`.
+    """
+
+    broker_id: int
+    incarnation_id: uuid.UUID
+    epoch: int
+    registration_offset: int
+    endpoints: tuple[BrokerEndpoint, ...]
+    supported_features: Mapping[str, SupportedRange]
+    rack: str | None
+    fenced: bool
+    in_controlled_shutdown: bool
+    is_migrating_zk_broker: bool = False
+    log_dirs: tuple[uuid.UUID, ...] = ()
+
+    def supported(self, feature: str) -> SupportedRange:
+        """The broker's range for `feature`; a feature it did not mention is [0, 0]."""
+        return self.supported_features.get(feature, SupportedRange(0, 0))
+
+
+def _get(data: Any, key: str, default: Any = None) -> Any:
+    """Field access for both dicts and construct Containers (records built locally
+    are dicts; decoded ones are Containers, which are dicts too)."""
+    value = data.get(key, default) if hasattr(data, "get") else getattr(data, key, default)
+    return default if value is None and default is not None else value
+
+
+# Values of BrokerRegistrationChangeRecord.Fenced / .InControlledShutdown
+# (Kafka's BrokerRegistrationFencingChange and ...InControlledShutdownChange).
+FENCING_CHANGE_FENCE = 1
+FENCING_CHANGE_NONE = 0
+FENCING_CHANGE_UNFENCE = -1
+SHUTDOWN_CHANGE_NONE = 0
+SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN = 1
+
+
+@dataclass(slots=True)
+class _Image:
+    """The part of the state an aborted metadata transaction rolls back."""
+
+    finalized_levels: dict[str, int] = field(default_factory=dict)
+    kraft_version: int = 0
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+
+    def copy(self) -> "_Image":
+        return _Image(dict(self.finalized_levels), self.kraft_version, dict(self.brokers))
+
+
+class ControllerState:
+    """The replayed metadata image. Read it through the properties; change it only
+    with `replay`."""
+
+    __slots__ = ("cluster_id", "_image", "_last_applied_offset", "_transaction_start", "_transaction_base")
+
+    def __init__(self, cluster_id: str) -> None:
+        # The cluster id is not in the metadata log (Kafka keeps it in meta.properties),
+        # so it is given, not replayed.
+        self.cluster_id = cluster_id
+        self._image = _Image()
+        self._last_applied_offset = -1
+        self._transaction_start: int | None = None
+        self._transaction_base: _Image | None = None
+
+    # ---- reads -------------------------------------------------------------
+
+    @property
+    def metadata_version(self) -> int | None:
+        """The finalized metadata.version level, None before bootstrap."""
+        return self._image.finalized_levels.get(METADATA_VERSION)
+
+    @property
+    def finalized_levels(self) -> Mapping[str, int]:
+        """Finalized features from FeatureLevelRecords (level-0 features are absent)."""
+        return MappingProxyType(self._image.finalized_levels)
+
+    @property
+    def kraft_version(self) -> int:
+        return self._image.kraft_version
+
+    def finalized_level(self, feature: str) -> int:
+        """The finalized level of `feature`, 0 when it is not finalized."""
+        if feature == KRAFT_VERSION:
+            return self._image.kraft_version
+        return self._image.finalized_levels.get(feature, 0)
+
+    def all_finalized_levels(self) -> dict[str, int]:
+        """Finalized levels including kraft.version (when above 0), as the controller
+        checks registrations and answers ApiVersions."""
+        levels = dict(self._image.finalized_levels)
+        if self._image.kraft_version > 0:
+            levels[KRAFT_VERSION] = self._image.kraft_version
+        return levels
+
+    @property
+    def last_applied_offset(self) -> int:
+        return self._last_applied_offset
+
+    @property
+    def finalized_features_epoch(self) -> int:
+        """Kafka's FinalizedFeaturesEpoch: the offset of the last applied record."""
+        return self._last_applied_offset
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerRegistration]:
+        return MappingProxyType(self._image.brokers)
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self._image.brokers.get(broker_id)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._transaction_start is not None
+
+    @property
+    def transaction_start_offset(self) -> int | None:
+        return self._transaction_start
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain value of the whole image, for equality checks and debugging."""
+        return {
+            "cluster_id": self.cluster_id,
+            "finalized_levels": dict(self._image.finalized_levels),
+            "kraft_version": self._image.kraft_version,
+            "brokers": dict(self._image.brokers),
+            "last_applied_offset": self._last_applied_offset,
+            "transaction_start": self._transaction_start,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ControllerState):
+            return NotImplemented
+        return self.snapshot() == other.snapshot()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"ControllerState({self.snapshot()!r})"
+
+    # ---- the one mutation path ---------------------------------------------
+
+    def replay(self, record: MetadataRecord, offset: int) -> None:
+        """Apply one committed record at `offset`. Offsets must increase."""
+        if offset <= self._last_applied_offset:
+            raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
+        handler = _HANDLERS.get(record.message.api_key)
+        if handler is None:
+            # Records we do not model (topics, configs, ...) still advance the
+            # offset: the image is "as of" that offset even if it ignores them.
+            self._last_applied_offset = offset
+            return
+        handler(self, record.data, offset)
+        self._last_applied_offset = offset
+
+    def replay_all(self, records: Iterable[tuple[MetadataRecord, int]]) -> None:
+        for record, offset in records:
+            self.replay(record, offset)
+
+    def replay_kraft_version(self, level: int, offset: int) -> None:
+        """Apply the raft layer's KRaftVersion control record. kraft.version is not a
+        FeatureLevelRecord (KAFKA-18979), but the controller checks registrations
+        against it and reports it in ApiVersions."""
+        if level < 0:
+            raise ReplayError(f"kraft.version {level} is negative")
+        if offset <= self._last_applied_offset:
+            raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
+        self._image.kraft_version = level
+        self._last_applied_offset = offset
+
+    # ---- per-record handlers (validate first, then mutate) -----------------
+
+    def _replay_feature_level(self, data: Any, offset: int) -> None:
+        name = _get(data, "name")
+        level = _get(data, "feature_level")
+        if level < 0:
+            raise ReplayError(f"FeatureLevelRecord {name}={level}: negative level")
+        if name == KRAFT_VERSION:
+            # KAFKA-18979: kraft.version lives in the raft log, never here.
+            return
+        if name == METADATA_VERSION and level == 0:
+            raise ReplayError("FeatureLevelRecord cannot remove metadata.version")
+        if level == 0:
+            self._image.finalized_levels.pop(name, None)
+        else:
+            self._image.finalized_levels[name] = level
+
+    def _replay_register_broker(self, data: Any, offset: int) -> None:
+        features = {
+            _get(f, "name"): SupportedRange(_get(f, "min_supported_version"), _get(f, "max_supported_version"))
+            for f in _get(data, "features", [])
+        }
+        endpoints = tuple(
+            BrokerEndpoint(_get(e, "name"), _get(e, "host"), _get(e, "port"), _get(e, "security_protocol"))
+            for e in _get(data, "end_points", [])
+        )
+        registration = BrokerRegistration(
+            broker_id=_get(data, "broker_id"),
+            incarnation_id=_get(data, "incarnation_id"),
+            epoch=_get(data, "broker_epoch"),
+            registration_offset=offset,
+            endpoints=endpoints,
+            supported_features=MappingProxyType(features),
+            rack=_get(data, "rack"),
+            fenced=bool(_get(data, "fenced", True)),
+            in_controlled_shutdown=bool(_get(data, "in_controlled_shutdown", False)),
+            is_migrating_zk_broker=bool(_get(data, "is_migrating_zk_broker", False)),
+            log_dirs=tuple(_get(data, "log_dirs", ())),
+        )
+        self._image.brokers[registration.broker_id] = registration
+
+    def _registration_for(self, what: str, broker_id: int, epoch: int) -> BrokerRegistration:
+        registration = self._image.brokers.get(broker_id)
+        if registration is None:
+            raise ReplayError(f"{what}: no registration for broker {broker_id}")
+        if registration.epoch != epoch:
+            raise ReplayError(f"{what}: broker {broker_id} has epoch {registration.epoch}, record has {epoch}")
+        return registration
+
+    def _replay_unregister_broker(self, data: Any, offset: int) -> None:
+        broker_id = _get(data, "broker_id")
+        self._registration_for("UnregisterBrokerRecord", broker_id, _get(data, "broker_epoch"))
+        del self._image.brokers[broker_id]
+
+    def _replay_fence(self, data: Any, offset: int) -> None:
+        registration = self._registration_for("FenceBrokerRecord", _get(data, "id"), _get(data, "epoch"))
+        self._image.brokers[registration.broker_id] = replace(registration, fenced=True)
+
+    def _replay_unfence(self, data: Any, offset: int) -> None:
+        registration = self._registration_for("UnfenceBrokerRecord", _get(data, "id"), _get(data, "epoch"))
+        self._image.brokers[registration.broker_id] = replace(registration, fenced=False)
+
+    def _replay_registration_change(self, data: Any, offset: int) -> None:
+        registration = self._registration_for(
+            "BrokerRegistrationChangeRecord", _get(data, "broker_id"), _get(data, "broker_epoch")
+        )
+        fencing = _get(data, "fenced", FENCING_CHANGE_NONE)
+        shutdown = _get(data, "in_controlled_shutdown", SHUTDOWN_CHANGE_NONE)
+        if fencing not in (FENCING_CHANGE_FENCE, FENCING_CHANGE_NONE, FENCING_CHANGE_UNFENCE):
+            raise ReplayError(f"BrokerRegistrationChangeRecord: unknown fenced value {fencing}")
+        if shutdown not in (SHUTDOWN_CHANGE_NONE, SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN):
+            raise ReplayError(f"BrokerRegistrationChangeRecord: unknown inControlledShutdown value {shutdown}")
+        changed = registration
+        # Like Kafka's BrokerRegistration.cloneWith, fencing leaves the
+        # in-controlled-shutdown flag alone; heartbeats treat fenced as taking precedence.
+        if fencing == FENCING_CHANGE_FENCE:
+            changed = replace(changed, fenced=True)
+        elif fencing == FENCING_CHANGE_UNFENCE:
+            changed = replace(changed, fenced=False)
+        if shutdown == SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN:
+            changed = replace(changed, in_controlled_shutdown=True)
+        log_dirs = _get(data, "log_dirs", [])
+        if log_dirs:
+            changed = replace(changed, log_dirs=tuple(log_dirs))
+        self._image.brokers[registration.broker_id] = changed
+
+    def _replay_no_op(self, data: Any, offset: int) -> None:
+        pass
+
+    def _replay_begin_transaction(self, data: Any, offset: int) -> None:
+        if self._transaction_start is not None:
+            raise ReplayError(
+                f"BeginTransactionRecord at {offset}: the transaction begun at {self._transaction_start} is still open"
+            )
+        # Records inside the transaction are applied as they come (our log appends
+        # a group in one batch); keep the image as it was so an abort can restore it.
+        self._transaction_start = offset
+        self._transaction_base = self._image.copy()
+
+    def _replay_end_transaction(self, data: Any, offset: int) -> None:
+        if self._transaction_start is None:
+            raise ReplayError(f"EndTransactionRecord at {offset} without an open transaction")
+        self._transaction_start = None
+        self._transaction_base = None
+
+    def _replay_abort_transaction(self, data: Any, offset: int) -> None:
+        if self._transaction_start is None or self._transaction_base is None:
+            raise ReplayError(f"AbortTransactionRecord at {offset} without an open transaction")
+        self._image = self._transaction_base
+        self._transaction_start = None
+        self._transaction_base = None
+
+
+_HANDLERS = {
+    mr.FEATURE_LEVEL_RECORD.api_key: ControllerState._replay_feature_level,
+    mr.REGISTER_BROKER_RECORD.api_key: ControllerState._replay_register_broker,
+    mr.UNREGISTER_BROKER_RECORD.api_key: ControllerState._replay_unregister_broker,
+    mr.FENCE_BROKER_RECORD.api_key: ControllerState._replay_fence,
+    mr.UNFENCE_BROKER_RECORD.api_key: ControllerState._replay_unfence,
+    mr.BROKER_REGISTRATION_CHANGE_RECORD.api_key: ControllerState._replay_registration_change,
+    mr.NO_OP_RECORD.api_key: ControllerState._replay_no_op,
+    mr.BEGIN_TRANSACTION_RECORD.api_key: ControllerState._replay_begin_transaction,
+    mr.END_TRANSACTION_RECORD.api_key: ControllerState._replay_end_transaction,
+    mr.ABORT_TRANSACTION_RECORD.api_key: ControllerState._replay_abort_transaction,
+}
+
+
+class BrokerHeartbeatTracker:
+    """Last heartbeat time per (broker id, broker epoch), in milliseconds.
+
+    Volatile by design: it is not in the log, so a new active controller starts
+    empty and must call `activate` to give every unfenced broker a fresh session
+    (otherwise a broker that died during the failover would never be fenced).
+    Keyed by epoch as well as id so a heartbeat from an old incarnation never keeps
+    a new one alive.
+    """
+
+    __slots__ = ("session_timeout_ms", "_contact_ms")
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        if session_timeout_ms <= 0:
+            raise ValueError("session_timeout_ms must be positive")
+        self.session_timeout_ms = session_timeout_ms
+        self._contact_ms: dict[int, tuple[int, int]] = {}
+
+    def activate(self, state: ControllerState, now_ms: int) -> None:
+        """Forget everything and start a session now for every unfenced broker."""
+        self._contact_ms.clear()
+        for registration in state.brokers.values():
+            if not registration.fenced:
+                self._contact_ms[registration.broker_id] = (registration.epoch, now_ms)
+
+    def update_contact(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+        previous = self._contact_ms.get(broker_id)
+        if previous is not None and previous[0] == broker_epoch and previous[1] > now_ms:
+            return  # never move a session backwards in time
+        self._contact_ms[broker_id] = (broker_epoch, now_ms)
+
+    def remove(self, broker_id: int) -> None:
+        self._contact_ms.pop(broker_id, None)
+
+    def contact_ms(self, broker_id: int, broker_epoch: int) -> int | None:
+        entry = self._contact_ms.get(broker_id)
+        if entry is None or entry[0] != broker_epoch:
+            return None
+        return entry[1]
+
+    def is_expired(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """True when the broker has a session for this epoch and it ran out. A broker
+        never heard from has no session to expire (Kafka's tracker behaves the same)."""
+        contact = self.contact_ms(broker_id, broker_epoch)
+        return contact is not None and now_ms - contact > self.session_timeout_ms
+
+    def has_valid_session(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        contact = self.contact_ms(broker_id, broker_epoch)
+        return contact is not None and now_ms - contact <= self.session_timeout_ms

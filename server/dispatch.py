@@ -1,0 +1,168 @@
+"""From a request frame to a response frame: header rules, routing, errors.
+
+Owns: the decision of what happens to each frame (Kafka's `SocketServer` /
+`RequestContext` behaviour, FACTS.md §1 and §3):
+- ApiVersions in any version is answered; a version above the highest we
+  serve gets a v0 body with UNSUPPORTED_VERSION listing ApiVersions' own range
+  (KIP-511).
+- An unknown API key, or a version of another API that we do not serve,
+  closes the connection without a response, with a log line.
+- A body that does not decode closes the connection, with a log line.
+- Handlers return a response dict; sync handlers are answered inline, async
+  ones (those that wait for the controller loop) get a task and a
+  `PendingResponse` slot so responses still leave in request order.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from io import BytesIO
+from typing import TYPE_CHECKING
+
+import trio
+
+from protocol.errors import DecodeError, ErrorCode
+from protocol.header import REQUEST_HEADER, encode_response_header
+from protocol.registry import api_name
+from server.apis import API_VERSIONS_KEY, ServedApi
+from server.net.listener import CloseConnection, Connection, PendingResponse
+from server.observability import Event, get_logger
+
+if TYPE_CHECKING:
+    from server.node import ControllerNode
+
+log = get_logger("net")
+
+_KEY_VERSION = struct.Struct(">hh")
+_SIZE = struct.Struct(">i")
+
+
+class RequestContext:
+    """What a handler may know about the request it is answering."""
+
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "connection", "node")
+
+    def __init__(self, api_key, api_version, correlation_id, client_id, connection, node) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+        self.connection: Connection = connection
+        self.node: "ControllerNode" = node
+
+
+class Dispatcher:
+    def __init__(self, node: "ControllerNode", served: dict[int, ServedApi]) -> None:
+        self.node = node
+        self.config = node.config
+        self.metrics = node.metrics
+        self.served = served
+        self._request_counters: dict[tuple[int, int], object] = {}
+
+    # -- encoding -----------------------------------------------------------
+    def encode_response(self, api: ServedApi, version: int, correlation_id: int, body: dict) -> bytes:
+        header_version = api.response_header_version(version)
+        stream = BytesIO()
+        stream.write(b"\x00\x00\x00\x00")
+        stream.write(encode_response_header(correlation_id, header_version))
+        if body.__class__ is bytes:
+            stream.write(body)  # pre-encoded (cached) body
+        else:
+            api.response.encode_into(version, body, stream)
+        payload = stream.getbuffer()
+        _SIZE.pack_into(payload, 0, len(payload) - 4)
+        del payload
+        return stream.getvalue()
+
+    # -- the entry point ------------------------------------------------------
+    def dispatch(self, conn: Connection, frame: bytes, nursery: trio.Nursery):
+        started = time.perf_counter()
+        if len(frame) < 8:
+            log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
+                        error="request shorter than the fixed header", frame_bytes=len(frame))
+            self.metrics.request_errors.labels("decode").inc()
+            raise CloseConnection()
+        api_key, version = _KEY_VERSION.unpack_from(frame, 0)
+        api = self.served.get(api_key)
+        if api is None:
+            log.warning(Event.UNKNOWN_API, connection=conn.connection_id, peer=conn.peer, api_key=api_key,
+                        api_version=version)
+            self.metrics.request_errors.labels("unknown_api").inc()
+            raise CloseConnection()
+        if not api.min_version <= version <= api.max_version:
+            if api_key == API_VERSIONS_KEY:
+                return self._api_versions_unsupported(conn, frame, version)
+            log.warning(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer,
+                        api=api_name(api_key), api_version=version,
+                        served=f"{api.min_version}-{api.max_version}")
+            self.metrics.request_errors.labels("unsupported_version").inc()
+            raise CloseConnection()
+        stream = BytesIO(frame)
+        try:
+            header = REQUEST_HEADER.decode(api.request_header_version(version), stream)
+            request = api.request.decode(version, stream)
+        except DecodeError as exc:
+            log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
+                        api=api_name(api_key), api_version=version, error=str(exc))
+            self.metrics.request_errors.labels("decode").inc()
+            raise CloseConnection() from None
+        correlation_id = header.correlation_id
+        ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn, self.node)
+        counter = self._request_counters.get((api_key, version))
+        if counter is None:
+            counter = self.metrics.requests.labels(api.name, str(version))
+            self._request_counters[(api_key, version)] = counter
+        counter.inc()
+        if api.is_async:
+            slot = PendingResponse()
+            nursery.start_soon(self._run_async, api, ctx, request, slot, started)
+            return slot
+        try:
+            body = api.handler(ctx, request)
+            payload = self.encode_response(api, version, correlation_id, body)
+        except CloseConnection:
+            raise
+        except Exception as exc:  # a bug: log and close this connection only
+            log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, api=api.name,
+                          api_version=version, error=repr(exc))
+            raise CloseConnection() from None
+        log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
+                  client_id=header.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+        return payload
+
+    async def _run_async(self, api: ServedApi, ctx: RequestContext, request, slot: PendingResponse,
+                         started: float) -> None:
+        try:
+            body = await api.handler(ctx, request)
+            payload = self.encode_response(api, ctx.api_version, ctx.correlation_id, body)
+        except CloseConnection:
+            slot.set(None)
+            return
+        except Exception as exc:
+            log.exception(Event.HANDLER_FAILED, connection=ctx.connection.connection_id, api=api.name,
+                          api_version=ctx.api_version, error=repr(exc))
+            slot.set(None)
+            return
+        log.debug(Event.REQUEST, api=api.name, api_version=ctx.api_version, correlation_id=ctx.correlation_id,
+                  client_id=ctx.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+        slot.set(payload)
+
+    def _api_versions_unsupported(self, conn: Connection, frame: bytes, version: int) -> bytes:
+        """KIP-511: answer an unknown ApiVersions version with a v0 body and error 35."""
+        api = self.served[API_VERSIONS_KEY]
+        try:
+            # The header of an unknown future version is assumed to be the
+            # newest we know (v2); only the correlation id is needed.
+            header = REQUEST_HEADER.decode(2, BytesIO(frame))
+            correlation_id = header.correlation_id
+        except DecodeError:
+            correlation_id = struct.unpack_from(">i", frame, 4)[0]
+        log.info(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer,
+                 api="ApiVersions", api_version=version, served=f"{api.min_version}-{api.max_version}")
+        body = {
+            "error_code": ErrorCode.UNSUPPORTED_VERSION,
+            "api_keys": [{"api_key": API_VERSIONS_KEY, "min_version": api.min_version,
+                          "max_version": api.max_version}],
+        }
+        return self.encode_response(api, 0, correlation_id, body)

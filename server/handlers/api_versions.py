@@ -1,0 +1,57 @@
+"""ApiVersions (key 18, v0-4): what this node speaks and which features it has.
+
+KIP-511: v3+ carries the client's software name and version, validated
+against Kafka's pattern (INVALID_REQUEST otherwise). KIP-584: v3+ carries
+SupportedFeatures, FinalizedFeaturesEpoch and FinalizedFeatures as tagged
+fields. The encoded body is cached per (version, finalized epoch) because it
+only changes when features change, and ApiVersions is the hottest request.
+"""
+
+from __future__ import annotations
+
+import re
+
+from protocol.errors import ErrorCode
+
+SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def handle(ctx, request):
+    node = ctx.node
+    version = ctx.api_version
+    if version >= 3:
+        name = request.client_software_name
+        software_version = request.client_software_version
+        if not (SOFTWARE_PATTERN.fullmatch(name) and SOFTWARE_PATTERN.fullmatch(software_version)):
+            api = node.served_apis[18]
+            return {
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "api_keys": [{"api_key": 18, "min_version": api.min_version, "max_version": api.max_version}],
+            }
+        ctx.connection.client_software = (name, software_version)
+    return node.api_versions_body(version)
+
+
+def build_body(node, version: int) -> dict:
+    api_keys = [
+        {"api_key": api.api_key, "min_version": api.min_version, "max_version": api.max_version}
+        for api in sorted(node.served_apis.values(), key=lambda a: a.api_key)
+    ]
+    body = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
+    if version >= 3:
+        supported = []
+        for name, (min_level, max_level) in sorted(node.supported_features().items()):
+            # KAFKA-17011: before v4, a minimum of 0 confuses old clients, so
+            # such features are left out.
+            if version < 4 and min_level == 0:
+                continue
+            supported.append({"name": name, "min_version": min_level, "max_version": max_level})
+        body["supported_features"] = supported
+        body["finalized_features_epoch"] = node.finalized_features_epoch()
+        body["finalized_features"] = [
+            {"name": name, "max_version_level": level, "min_version_level": level}
+            for name, level in sorted(node.finalized_levels().items())
+            if level > 0 or name == "metadata.version"
+        ]
+        body["zk_migration_ready"] = False
+    return body

@@ -1,0 +1,22 @@
+"""BrokerRegistration (key 62, v0-4): a broker joins (fenced) and gets its epoch."""
+
+from __future__ import annotations
+
+from server.controller import commands
+from server.observability import Event, get_logger
+
+log = get_logger("controller")
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    config = node.controller_config
+    version = ctx.api_version
+    result = await node.submit(
+        lambda state, tracker, next_offset, now_ms: commands.register_broker(
+            state, tracker, request, version, now_ms, next_offset, config)
+    )
+    if result.error_message:
+        log.warning(Event.BROKER_REGISTRATION_REJECTED, broker_id=request.broker_id,
+                    error_code=result.response.get("error_code"), error=result.error_message)
+    return result.response

@@ -1,0 +1,25 @@
+"""UpdateFeatures (key 57, v0-2): finalize, upgrade, downgrade or delete features.
+
+Validation and records come from the pure command; the reply leaves only
+after the records are durable (or at once for validate-only and refusals).
+"""
+
+from __future__ import annotations
+
+from server.controller import commands
+from server.observability import Event, get_logger
+
+log = get_logger("controller")
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    config = node.controller_config
+    version = ctx.api_version
+    result = await node.submit(
+        lambda state, tracker, next_offset, now_ms: commands.update_features(state, request, version, config)
+    )
+    if result.error_message:
+        log.info(Event.FEATURE_UPDATE_REJECTED, client_id=ctx.client_id, error=result.error_message,
+                 updates={u.feature: u.max_version_level for u in request.feature_updates})
+    return result.response

@@ -1,0 +1,1 @@
+"""Networking: sans-I/O framing and the trio listener (the only socket code)."""

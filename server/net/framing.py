@@ -1,0 +1,98 @@
+"""Kafka request framing as a sans-I/O state machine.
+
+Owns: splitting a byte stream into size-prefixed frames (int32 big-endian
+length, then that many bytes), with a hard cap on the frame size
+(`socket.request.max.bytes`, default 100 MiB like Kafka).
+
+Rules kept here:
+- Never buffers more than one frame plus the 4-byte prefix beyond what was
+  asked for: a hostile size prefix is rejected *before* any body is read.
+- Bad peer input is an error value (`FrameError`), never an unexpected
+  exception; after an error the decoder stays broken (the connection closes).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+SIZE_PREFIX_BYTES = 4
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+_SIZE = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The peer's framing is unacceptable; the connection must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTooLarge:
+    size_bytes: int
+    max_bytes: int
+
+
+class FrameDecoder:
+    """Feed bytes in, take whole frames out.
+
+    `receive_data(data)` appends; `next_frame()` returns one frame's body
+    (without the size prefix) or None when more bytes are needed.
+    """
+
+    __slots__ = ("_buffer", "_max_frame_bytes", "_need", "_broken")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buffer = bytearray()
+        self._max_frame_bytes = max_frame_bytes
+        self._need = -1  # body size of the frame being read, -1 = reading the prefix
+        self._broken: FrameError | None = None
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    @property
+    def in_frame(self) -> bool:
+        """True when part of a frame has arrived (a disconnect now is mid-request)."""
+        return bool(self._buffer) or self._need >= 0
+
+    def receive_data(self, data: bytes) -> None:
+        if self._broken is not None:
+            raise self._broken
+        self._buffer += data
+
+    def next_frame(self) -> bytes | None:
+        if self._broken is not None:
+            raise self._broken
+        buffer = self._buffer
+        if self._need < 0:
+            if len(buffer) < SIZE_PREFIX_BYTES:
+                return None
+            size = _SIZE.unpack_from(buffer, 0)[0]
+            if size < 0:
+                self._broken = FrameError(f"negative frame size {size}")
+                raise self._broken
+            if size > self._max_frame_bytes:
+                self._broken = FrameError(
+                    f"frame of {size} bytes exceeds socket.request.max.bytes={self._max_frame_bytes}"
+                )
+                raise self._broken
+            del buffer[:SIZE_PREFIX_BYTES]
+            self._need = size
+        if len(buffer) < self._need:
+            return None
+        frame = bytes(buffer[: self._need])
+        del buffer[: self._need]
+        self._need = -1
+        return frame
+
+    def wanted_bytes(self) -> int:
+        """How many more bytes would complete the current frame (a read-size hint)."""
+        if self._need < 0:
+            return max(SIZE_PREFIX_BYTES - len(self._buffer), 1)
+        return max(self._need - len(self._buffer), 1)
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix a payload with its int32 size."""
+    return _SIZE.pack(len(payload)) + payload

@@ -1,0 +1,186 @@
+"""The trio TCP listener: the only code in kraftwerk that touches sockets.
+
+Owns: accepting connections, reading frames (`FrameDecoder`), handing each
+request to the dispatcher, and writing responses back *in request order*
+while later requests on the same connection are already being worked on
+(pipelining).
+
+Rules kept here:
+- Bounded: at most `connection_max_in_flight_requests` requests per
+  connection are between "read" and "written"; the reader stops reading
+  when the bound is reached, so a client cannot queue unbounded work.
+- A connection's failure never touches another: every problem (bad frame,
+  unknown API, decode error, idle timeout, reset) is logged with a stable
+  event name and ends *that* connection only.
+- Responses that are ready synchronously (reads of controller state) skip
+  task creation entirely; only requests that wait for the controller loop get
+  a task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from server.net.framing import FrameDecoder, FrameError
+from server.observability import Event, get_logger
+
+if TYPE_CHECKING:
+    from server.dispatch import Dispatcher
+
+RECEIVE_CHUNK_BYTES = 65536
+
+log = get_logger("net")
+
+
+class CloseConnection(Exception):
+    """Raised by the dispatcher: stop serving this connection (already logged)."""
+
+
+class PendingResponse:
+    """A response that a task is still producing; the writer waits on it in order."""
+
+    __slots__ = ("event", "payload")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.payload: bytes | None = None  # None after the event = close the connection
+
+    def set(self, payload: bytes | None) -> None:
+        self.payload = payload
+        self.event.set()
+
+
+class Connection:
+    __slots__ = ("connection_id", "peer", "stream", "client_software")
+
+    def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream) -> None:
+        self.connection_id = connection_id
+        self.peer = peer
+        self.stream = stream
+        # (name, version) from ApiVersions v3+, for logs.
+        self.client_software: tuple[str, str] | None = None
+
+
+async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: trio.Event) -> None:
+    """Writes responses in the order requests arrived, coalescing ready ones."""
+    stream = conn.stream
+    try:
+        async for item in responses:
+            if item.__class__ is PendingResponse:
+                await item.event.wait()
+                item = item.payload
+                if item is None:
+                    return
+            chunks = [item]
+            # Coalesce whatever else is already ready into one send.
+            while True:
+                try:
+                    nxt = responses.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if nxt.__class__ is PendingResponse:
+                    if not nxt.event.is_set():
+                        await stream.send_all(b"".join(chunks))
+                        chunks = []
+                        await nxt.event.wait()
+                    if nxt.payload is None:
+                        if chunks:
+                            await stream.send_all(b"".join(chunks))
+                        return
+                    chunks.append(nxt.payload)
+                else:
+                    chunks.append(nxt)
+            if chunks:
+                await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        done.set()
+
+
+async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
+    config = dispatcher.config
+    decoder = FrameDecoder(config.socket_request_max_bytes)
+    idle_seconds = config.connections_max_idle_ms / 1000
+    send_channel, receive_channel = trio.open_memory_channel(config.connection_max_in_flight_requests)
+    writer_done = trio.Event()
+    reason = "eof"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_writer, conn, receive_channel, writer_done)
+        try:
+            while True:
+                with trio.move_on_after(idle_seconds) as idle:
+                    data = await conn.stream.receive_some(RECEIVE_CHUNK_BYTES)
+                if idle.cancelled_caught:
+                    reason = "idle"
+                    log.info(Event.CONNECTION_IDLE_TIMEOUT, connection=conn.connection_id, peer=conn.peer,
+                             idle_ms=config.connections_max_idle_ms)
+                    break
+                if not data:
+                    if decoder.in_frame:
+                        reason = "disconnected_mid_request"
+                        log.warning(Event.DISCONNECTED_MID_REQUEST, connection=conn.connection_id,
+                                    peer=conn.peer, buffered_bytes=decoder.buffered_bytes)
+                    break
+                decoder.receive_data(data)
+                while True:
+                    frame = decoder.next_frame()
+                    if frame is None:
+                        break
+                    item = dispatcher.dispatch(conn, frame, nursery)
+                    await send_channel.send(item)
+        except FrameError as exc:
+            reason = "frame_rejected"
+            log.warning(Event.FRAME_REJECTED, connection=conn.connection_id, peer=conn.peer, error=str(exc))
+            nursery.cancel_scope.cancel()
+        except CloseConnection:
+            reason = "protocol_error"
+            nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            reason = "reset"
+            nursery.cancel_scope.cancel()
+        finally:
+            send_channel.close()
+        if reason in ("eof", "disconnected_mid_request"):
+            # Let the writer flush answers to requests that arrived before EOF
+            # (a client may half-close after its last request), but bounded.
+            with trio.move_on_after(idle_seconds):
+                await writer_done.wait()
+        nursery.cancel_scope.cancel()
+    log.debug(Event.CONNECTION_CLOSED, connection=conn.connection_id, peer=conn.peer, reason=reason)
+
+
+async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Listens on host:port; reports the bound listeners through task_status."""
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    ids = itertools.count(1)
+    metrics = dispatcher.metrics
+
+    async def handler(stream: trio.SocketStream) -> None:
+        try:
+            peer_address = stream.socket.getpeername()
+            peer = f"{peer_address[0]}:{peer_address[1]}"
+        except OSError:
+            peer = "unknown"
+        conn = Connection(next(ids), peer, stream)
+        metrics.connections.inc()
+        log.debug(Event.CONNECTION_OPENED, connection=conn.connection_id, peer=peer)
+        try:
+            await serve_connection(conn, dispatcher)
+        except Exception:  # a bug in our code: log it, keep every other connection alive
+            log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, peer=peer)
+        finally:
+            metrics.connections.dec()
+            with trio.move_on_after(1):
+                await stream.aclose()
+
+    task_status.started(listeners)
+    await trio.serve_listeners(handler, listeners)
+
+
+def monotonic_ms() -> float:
+    return time.perf_counter() * 1000

@@ -1,0 +1,266 @@
+"""A controller node: storage, state, the controller loop and the listener, wired.
+
+Owns: start-up (read meta.properties, open and recover the metadata log,
+replay it, write the bootstrap records on the very first start), the
+read-only views the handlers use, and the trio tasks of a running node
+(listener, controller loop, broker-session timer).
+
+Rules kept here:
+- Start-up replays through the same `ControllerState.replay` as live
+  commits, so a restart rebuilds exactly the state that was acknowledged.
+- A node refuses to start on an unformatted directory or a cluster/node id
+  mismatch, with a message that says which command fixes it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from protocol.errors import DecodeError
+from protocol.record_batch import decode_batches, encode_batch
+from protocol.records import decode_metadata_record, encode_metadata_record
+from server.apis import controller_apis
+from server.config import ServerConfig
+from server.controller import commands
+from server.controller.commands import ControllerConfig
+from server.controller.features import local_supported_features
+from server.controller.loop import ControllerLoop, monotonic_ms, wall_clock_ms
+from server.controller.state import BrokerHeartbeatTracker, ControllerState
+from server.dispatch import Dispatcher
+from server.handlers import api_versions
+from server.net.listener import serve_listener
+from server.observability import Event, Metrics, get_logger
+from server.storage.log import LogConfig, MetadataLog
+from server.storage.meta_properties import read_meta_properties
+
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+# One controller, no elections yet: the degenerate quorum's leader epoch.
+SINGLE_NODE_LEADER_EPOCH = 1
+
+log = get_logger("controller")
+
+
+class StartupError(Exception):
+    """The node cannot start; the message says what the operator should do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+def write_bootstrap_checkpoint(directory: Path, records) -> Path:
+    """Writes the format-time records as one record batch, atomically."""
+    data = encode_batch(0, 0, [encode_metadata_record(r) for r in records], 0)
+    path = directory / BOOTSTRAP_CHECKPOINT
+    temporary = directory / (BOOTSTRAP_CHECKPOINT + ".tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_bootstrap_checkpoint(directory: Path):
+    path = directory / BOOTSTRAP_CHECKPOINT
+    if not path.exists():
+        return None
+    try:
+        batches = decode_batches(path.read_bytes())
+        return [decode_metadata_record(r.value) for batch in batches for r in batch.records]
+    except DecodeError as exc:
+        raise StartupError(f"{path} is corrupt ({exc}); re-run `kraftwerk storage format`") from None
+
+
+class ControllerNode:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.served_apis = controller_apis()
+        self.cluster_id = ""
+        self.port = config.listener.port
+        self.state: ControllerState | None = None
+        self.controller: ControllerLoop | None = None
+        self.metadata_log: MetadataLog | None = None
+        supported = local_supported_features(config.unstable_feature_versions_enable)
+        self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
+        self.controller_config: ControllerConfig | None = None
+        self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+
+    # -- start-up -------------------------------------------------------------
+    def open(self) -> None:
+        directory = Path(self.config.metadata_log_dir)
+        meta = read_meta_properties(directory) if directory.exists() else None
+        if meta is None:
+            raise StartupError(
+                f"{directory} is not formatted; run `kraftwerk storage format --cluster-id ID "
+                f"--config FILE` (get an ID with `kraftwerk storage random-uuid`)"
+            )
+        if meta.node_id != self.config.node_id:
+            raise StartupError(f"{directory} belongs to node {meta.node_id}, but node.id is "
+                               f"{self.config.node_id}")
+        self.cluster_id = meta.cluster_id
+        self.controller_config = ControllerConfig(
+            node_id=self.config.node_id,
+            cluster_id=meta.cluster_id,
+            supported_features=local_supported_features(self.config.unstable_feature_versions_enable),
+            session_timeout_ms=self.config.broker_session_timeout_ms,
+        )
+        self.metadata_log = MetadataLog.open(directory / "__cluster_metadata-0",
+                                             LogConfig(segment_bytes=self.config.log_segment_bytes))
+        self.state = ControllerState(meta.cluster_id)
+        replayed = 0
+        offset = 0
+        while offset < self.metadata_log.end_offset:
+            batches = self.metadata_log.read(offset)
+            if not batches:
+                break
+            for batch in batches:
+                if not batch.is_control:
+                    for item in batch.records:
+                        self.state.replay(decode_metadata_record(item.value), item.offset)
+                        replayed += 1
+                offset = batch.next_offset
+        self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
+        self.controller = ControllerLoop(
+            self.metadata_log, self.state, self.tracker, SINGLE_NODE_LEADER_EPOCH,
+            self.config.controller_queue_max_commands, on_commit=self._on_commit,
+        )
+        log.info(Event.CONTROLLER_RECOVERED, records=replayed, end_offset=self.metadata_log.end_offset,
+                 metadata_version=self.state.metadata_version, cluster_id=self.cluster_id)
+
+    async def bootstrap_if_empty(self) -> None:
+        if self.metadata_log.end_offset > 0:
+            return
+        records = read_bootstrap_checkpoint(Path(self.config.metadata_log_dir))
+        if records is None:
+            raise StartupError(f"{self.config.metadata_log_dir} has no {BOOTSTRAP_CHECKPOINT}; "
+                               "re-run `kraftwerk storage format`")
+        await self.controller.append_and_apply(commands.ControllerResult(records, {}))
+        log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
+                 features=dict(self.state.finalized_levels))
+
+    def _on_commit(self, result, base_offset: int) -> None:
+        self._api_versions_cache.clear()
+        self.metrics.metadata_offset.set(self.state.last_applied_offset)
+        if self.state.metadata_version is not None:
+            self.metrics.finalized_metadata_version.set(self.state.metadata_version)
+        for offset, item in enumerate(result.records, start=base_offset):
+            if item.name == "FeatureLevelRecord":
+                log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], level=item.data["feature_level"],
+                         offset=offset)
+            elif item.name == "RegisterBrokerRecord":
+                log.info(Event.BROKER_REGISTERED, broker_id=item.data["broker_id"], broker_epoch=offset)
+            elif item.name == "FenceBrokerRecord":
+                log.info(Event.BROKER_FENCED, broker_id=item.data["id"], offset=offset)
+            elif item.name == "UnfenceBrokerRecord":
+                log.info(Event.BROKER_UNFENCED, broker_id=item.data["id"], offset=offset)
+            elif item.name == "UnregisterBrokerRecord":
+                log.info(Event.BROKER_UNREGISTERED, broker_id=item.data["broker_id"], offset=offset)
+
+    # -- running ----------------------------------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        if self.state is None:
+            self.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.controller.run)
+                await self.bootstrap_if_empty()
+                self.tracker.activate(self.state, monotonic_ms())
+                nursery.start_soon(self._fence_expired_brokers)
+                dispatcher = Dispatcher(self, self.served_apis)
+                listeners = await nursery.start(serve_listener, dispatcher, self.config.listener.host,
+                                                self.config.listener.port)
+                self.port = listeners[0].socket.getsockname()[1]
+                log.info(Event.SERVER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
+                         port=self.port, cluster_id=self.cluster_id,
+                         metadata_version=self.state.metadata_version)
+                task_status.started(self.port)
+        finally:
+            self.metadata_log.close()
+
+    async def _fence_expired_brokers(self) -> None:
+        interval_seconds = self.config.fence_check_interval_ms / 1000
+        controller_config = self.controller_config
+        while True:
+            await trio.sleep(interval_seconds)
+            await self.controller.submit(
+                lambda state, tracker, next_offset, now_ms: commands.fence_expired_brokers(
+                    state, tracker, now_ms, controller_config)
+            )
+
+    # -- views for handlers ---------------------------------------------------
+    def supported_features(self) -> dict[str, tuple[int, int]]:
+        return self._supported
+
+    def finalized_levels(self) -> dict[str, int]:
+        return self.state.all_finalized_levels()
+
+    def finalized_features_epoch(self) -> int:
+        return self.state.finalized_features_epoch
+
+    def api_versions_body(self, version: int):
+        key = (version, self.state.finalized_features_epoch)
+        body = self._api_versions_cache.get(key)
+        if body is None:
+            api = self.served_apis[18]
+            body = api.response.encode(version, api_versions.build_body(self, version))
+            self._api_versions_cache[key] = body
+        return body
+
+    def active_controller_id(self) -> int:
+        return self.config.node_id
+
+    def controller_endpoints(self) -> list[Endpoint]:
+        return [Endpoint(self.config.node_id, self.config.listener.host, self.port)]
+
+    def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
+        endpoints = []
+        for registration in commands.registered_brokers(self.state, include_fenced=include_fenced):
+            if registration.endpoints:
+                first = registration.endpoints[0]
+                endpoints.append(Endpoint(registration.broker_id, first.host, first.port, registration.rack))
+        return endpoints
+
+    def quorum_partition_state(self) -> dict:
+        end_offset = self.metadata_log.end_offset
+        now_ms = wall_clock_ms()
+        observers = [
+            {"replica_id": b.broker_id, "log_end_offset": -1, "last_fetch_timestamp": -1,
+             "last_caught_up_timestamp": -1}
+            for b in commands.registered_brokers(self.state, include_fenced=True)
+        ]
+        return {
+            "partition_index": 0,
+            "error_code": 0,
+            "error_message": None,
+            "leader_id": self.config.node_id,
+            "leader_epoch": self.controller.leader_epoch,
+            "high_watermark": end_offset,
+            "current_voters": [{"replica_id": self.config.node_id, "log_end_offset": end_offset,
+                                "last_fetch_timestamp": now_ms, "last_caught_up_timestamp": now_ms}],
+            "observers": observers,
+        }
+
+    def quorum_nodes(self) -> list[dict]:
+        return [{"node_id": self.config.node_id,
+                 "listeners": [{"name": self.config.listener.name, "host": self.config.listener.host,
+                                "port": self.port}]}]
+
+    # -- write paths used by handlers -----------------------------------------
+    async def submit(self, command):
+        return await self.controller.submit(command)
+

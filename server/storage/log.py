@@ -1,0 +1,694 @@
+"""The durable, append-only local copy of the __cluster_metadata log.
+
+Owns: segment files (Kafka naming: 20-digit zero-padded base offset + `.log`,
+plain concatenated record batches v2), crash recovery, the in-memory batch
+index, and the leader-epoch cache (epoch -> first offset) that Raft's
+divergence check needs.
+
+Rules kept here:
+- Durable before acknowledged: `append*` and `truncate_to` return only after
+  the bytes are written and `os.fsync`ed; a new segment's directory entry is
+  fsynced before data goes into it. Group commit is the caller's choice: all
+  values of one `append` call become one batch and cost one fsync.
+- A failed write or fsync poisons the log (`LogFailedError` from then on).
+  After a failed fsync the kernel may have dropped the dirty pages and a retry
+  can "succeed" without the data, so the only safe continuation is to reopen
+  and let recovery decide what is on disk.
+- Recovery verifies every batch (CRC, offsets contiguous across segments,
+  epochs non-decreasing). An incomplete or CRC-bad batch with nothing valid
+  after it at the end of the last segment is a torn write of an append that
+  was never acknowledged: it is cut off, fsynced and logged
+  (`storage.torn_tail_truncated`). Anything else that does not verify is
+  `CorruptLogError`: truncating there could drop acknowledged data, so the
+  node refuses to start and an operator decides.
+- Synchronous plain-fd I/O (pread/pwrite, no buffered file objects) and no
+  thread-affine state: the trio shell calls each method through
+  `trio.to_thread.run_sync`, possibly on a different worker thread each time.
+  A plain `threading.Lock` serialises calls; results are materialised before
+  the lock is released, so no iterator outlives it.
+- Bounded: a batch is at most `max_batch_bytes` and `max_records_per_batch`;
+  a read returns at most `max_bytes` (at least one whole batch, so a reader
+  always makes progress).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import threading
+from array import array
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from protocol.errors import DecodeError
+from protocol.record_batch import (
+    DEFAULT_MAX_BATCH_BYTES,
+    MAGIC,
+    MAGIC_OFFSET,
+    RecordBatch,
+    decode_batch,
+    decode_batches,
+    encode_batch,
+    encode_record_batch,
+    peek_batch_length,
+)
+from server.observability import get_logger
+
+_log = get_logger("storage.log")
+
+SEGMENT_SUFFIX = ".log"
+_SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+LOCK_FILE_NAME = ".lock"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    # Roll to a new segment once the active one would pass this size. Segments
+    # are the unit of future snapshot-based deletion, so small is fine.
+    segment_bytes: int = 1024 * 1024
+    # KRaft's own cap on a batch (KafkaRaftClient MAX_BATCH_SIZE_BYTES).
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
+    # The controller's cap on records per batch (QuorumController MAX_RECORDS_PER_BATCH).
+    max_records_per_batch: int = 10_000
+    # What `read` returns when the caller gives no `max_bytes`.
+    default_read_bytes: int = DEFAULT_MAX_BATCH_BYTES
+
+    def __post_init__(self) -> None:
+        for name in ("segment_bytes", "max_batch_bytes", "max_records_per_batch", "default_read_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"LogConfig.{name} must be positive")
+
+
+class CorruptLogError(Exception):
+    """The on-disk log does not verify somewhere recovery must not truncate."""
+
+
+class LogFailedError(Exception):
+    """An earlier write or fsync failed; the log must be closed and reopened."""
+
+
+class LogClosedError(Exception):
+    """The log was used after `close()`."""
+
+
+class OffsetOutOfRangeError(ValueError):
+    """A read or truncation named an offset outside [start_offset, end_offset]."""
+
+
+class BatchRejectedError(ValueError):
+    """An append broke a bound or an ordering rule (size, count, offsets, epochs)."""
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class EpochEndOffset(NamedTuple):
+    epoch: int
+    end_offset: int
+
+
+@dataclass(slots=True)
+class _Segment:
+    base_offset: int
+    path: str
+    size_bytes: int = 0
+    next_offset: int = 0
+    # One entry per batch, in file order: its base offset and byte position.
+    # array('q') keeps this at 16 bytes a batch instead of ~100 for tuples.
+    batch_offsets: array = field(default_factory=lambda: array("q"))
+    batch_positions: array = field(default_factory=lambda: array("q"))
+
+
+class _PendingBatch(NamedTuple):
+    base_offset: int
+    next_offset: int
+    leader_epoch: int
+    data: bytes
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def _fsync_directory(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    written = 0
+    # Each round writes at least one byte or raises, so this ends within
+    # len(data) rounds.
+    while written < len(view):
+        count = os.pwrite(fd, view[written:], position + written)
+        if count <= 0:
+            raise OSError(f"pwrite wrote {count} bytes")
+        written += count
+
+
+def _pread_exact(fd: int, size: int, position: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining > 0:
+        chunk = os.pread(fd, remaining, position + size - remaining)
+        if not chunk:
+            raise CorruptLogError(f"segment shorter than its index: wanted {size} bytes at {position}")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+class MetadataLog:
+    """See the module docstring. Create with `MetadataLog.open(directory)`."""
+
+    def __init__(self, directory: str, config: LogConfig, lock_fd: int) -> None:
+        # Use `open`; the constructor only sets up empty state.
+        self._directory = directory
+        self._config = config
+        self._lock_fd: int | None = lock_fd
+        self._mutex = threading.Lock()
+        self._segments: list[_Segment] = []
+        self._active_fd: int | None = None
+        self._epochs: list[EpochEntry] = []
+        self._failure: BaseException | None = None
+
+    # ------------------------------------------------------------------
+    # Opening and recovery
+    # ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None) -> MetadataLog:
+        """Opens (creating if needed) the log in `directory` and recovers it."""
+        config = config or LogConfig()
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, exist_ok=True)
+            _fsync_directory(os.path.dirname(os.path.abspath(directory)))
+        # An exclusive advisory lock: two processes appending to one log would
+        # interleave batches with clashing offsets. The kernel drops it when
+        # the process dies, so a kill -9 never leaves a stale lock behind.
+        lock_fd = os.open(os.path.join(directory, LOCK_FILE_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise RuntimeError(f"metadata log {directory} is locked by another process") from None
+        log = cls(directory, config, lock_fd)
+        try:
+            log._recover()
+        except BaseException:
+            log._close_fds()
+            raise
+        return log
+
+    def _recover(self) -> None:
+        names = sorted(name for name in os.listdir(self._directory) if _SEGMENT_NAME.match(name))
+        if not names:
+            segment = _Segment(base_offset=0, path=os.path.join(self._directory, segment_file_name(0)))
+            fd = os.open(segment.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            _fsync_directory(self._directory)
+            self._segments = [segment]
+        else:
+            expected_offset: int | None = None
+            for index, name in enumerate(names):
+                base_offset = int(name[:20])
+                if expected_offset is not None and base_offset != expected_offset:
+                    raise CorruptLogError(
+                        f"{os.path.join(self._directory, name)}: segment starts at offset {base_offset}, "
+                        f"but the previous segment ends at {expected_offset} (missing or overlapping data)"
+                    )
+                segment = self._recover_segment(base_offset, name, is_last=index == len(names) - 1)
+                self._segments.append(segment)
+                expected_offset = segment.next_offset
+        active = self._segments[-1]
+        self._active_fd = os.open(active.path, os.O_RDWR)
+        _log.info(
+            "storage.log_opened",
+            directory=self._directory,
+            segments=len(self._segments),
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            last_epoch=self.last_epoch,
+        )
+
+    def _recover_segment(self, base_offset: int, name: str, *, is_last: bool) -> _Segment:
+        path = os.path.join(self._directory, name)
+        with open(path, "rb") as file:
+            data = file.read()
+        segment = _Segment(base_offset=base_offset, path=path, next_offset=base_offset)
+        # Recovery accepts batches up to the larger of the configured and the
+        # protocol cap, so lowering max_batch_bytes never makes old data unreadable.
+        cap = max(self._config.max_batch_bytes, DEFAULT_MAX_BATCH_BYTES)
+        position = 0
+        while position < len(data):
+            try:
+                batch, next_position = decode_batch(data, position, max_batch_bytes=cap)
+            except DecodeError as exc:
+                self._handle_bad_batch(segment, data, position, str(exc), is_last=is_last)
+                break
+            self._check_order(path, position, batch, segment.next_offset)
+            segment.batch_offsets.append(batch.base_offset)
+            segment.batch_positions.append(position)
+            segment.next_offset = batch.next_offset
+            self._note_epoch(batch.leader_epoch, batch.base_offset)
+            position = next_position
+        segment.size_bytes = position
+        return segment
+
+    def _check_order(self, path: str, position: int, batch: RecordBatch, expected_offset: int) -> None:
+        # The CRC does not cover baseOffset or partitionLeaderEpoch, so these
+        # checks are the only guard on them.
+        if batch.base_offset != expected_offset:
+            raise CorruptLogError(
+                f"{path}: batch at byte {position} has base offset {batch.base_offset}, expected {expected_offset}"
+            )
+        if self._epochs and batch.leader_epoch < self._epochs[-1].epoch:
+            raise CorruptLogError(
+                f"{path}: batch at byte {position} (offset {batch.base_offset}) has leader epoch "
+                f"{batch.leader_epoch} after epoch {self._epochs[-1].epoch}"
+            )
+
+    def _handle_bad_batch(self, segment: _Segment, data: bytes, position: int, reason: str, *, is_last: bool) -> None:
+        if not is_last:
+            raise CorruptLogError(
+                f"{segment.path}: corrupt record batch at byte {position} of {len(data)} ({reason}); "
+                "later segments exist, so this is not a torn tail"
+            )
+        valid_at = _find_valid_batch_after(data, position, segment.next_offset)
+        if valid_at is not None:
+            raise CorruptLogError(
+                f"{segment.path}: corrupt record batch at byte {position} ({reason}) is followed by a "
+                f"valid batch at byte {valid_at}; refusing to truncate data that may have been acknowledged"
+            )
+        removed_bytes = len(data) - position
+        fd = os.open(segment.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, position)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _log.warning(
+            "storage.torn_tail_truncated",
+            segment=segment.path,
+            position=position,
+            bytes_removed=removed_bytes,
+            end_offset=segment.next_offset,
+            reason=reason,
+        )
+
+    def _note_epoch(self, leader_epoch: int, base_offset: int) -> None:
+        if not self._epochs or leader_epoch > self._epochs[-1].epoch:
+            self._epochs.append(EpochEntry(leader_epoch, base_offset))
+
+    # ------------------------------------------------------------------
+    # State
+    # ------------------------------------------------------------------
+
+    @property
+    def directory(self) -> str:
+        return self._directory
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset the log holds (0 until snapshots delete prefixes)."""
+        return self._segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next appended record gets (last offset + 1)."""
+        return self._segments[-1].next_offset
+
+    @property
+    def last_epoch(self) -> int:
+        """Leader epoch of the last batch; 0 for an empty log (as Kafka's Raft treats it)."""
+        return self._epochs[-1].epoch if self._epochs else 0
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    def segment_base_offsets(self) -> list[int]:
+        with self._mutex:
+            return [segment.base_offset for segment in self._segments]
+
+    def epoch_start_offsets(self) -> list[EpochEntry]:
+        """(epoch, first offset of that epoch), ascending; only epochs that have batches."""
+        with self._mutex:
+            return list(self._epochs)
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+        """The largest epoch <= `epoch` and the offset where it ends in this log.
+
+        This answers Raft's divergence question (Kafka's endOffsetForEpoch):
+        - `epoch` is the last epoch: (epoch, end_offset).
+        - an older epoch this log knows: (epoch, start offset of the next epoch).
+        - between known epochs: (largest known epoch below it, start of the next).
+        - below every known epoch: (epoch, start offset of the first known epoch).
+        - above the last epoch, or an empty log: None (this log cannot say).
+        """
+        with self._mutex:
+            epochs = self._epochs
+            if not epochs or epoch > epochs[-1].epoch:
+                return None
+            if epoch == epochs[-1].epoch:
+                return EpochEndOffset(epoch, self.end_offset)
+            index = bisect_right([entry.epoch for entry in epochs], epoch)
+            next_start = epochs[index].start_offset
+            if index == 0:
+                return EpochEndOffset(epoch, next_start)
+            return EpochEndOffset(epochs[index - 1].epoch, next_start)
+
+    # ------------------------------------------------------------------
+    # Appending
+    # ------------------------------------------------------------------
+
+    def append(
+        self,
+        values: Sequence[bytes],
+        leader_epoch: int,
+        timestamp_ms: int,
+        control_type: int | None = None,
+    ) -> tuple[int, int]:
+        """Writes `values` as one batch, fsyncs, returns (base_offset, last_offset)."""
+        if not values:
+            raise BatchRejectedError("append needs at least one value")
+        if len(values) > self._config.max_records_per_batch:
+            raise BatchRejectedError(
+                f"{len(values)} records exceed max_records_per_batch={self._config.max_records_per_batch}"
+            )
+        with self._mutex:
+            self._check_usable()
+            self._check_epoch(leader_epoch, self.last_epoch)
+            base_offset = self.end_offset
+            data = encode_batch(base_offset, leader_epoch, values, timestamp_ms, control_type)
+            self._check_size(len(data))
+            self._write([_PendingBatch(base_offset, base_offset + len(values), leader_epoch, data)])
+            return base_offset, base_offset + len(values) - 1
+
+    def append_raw(self, data: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Appends complete, already-encoded batches (e.g. from a leader's Fetch
+        response, partial tail already dropped). Every batch is verified (CRC,
+        bounds), must continue at `end_offset` with no gap, and must not lower
+        the epoch. All of them are written with one fsync per touched segment.
+        Returns (first base offset, last offset).
+        """
+        try:
+            batches = decode_batches(data, max_batch_bytes=self._config.max_batch_bytes)
+        except DecodeError as exc:
+            raise BatchRejectedError(f"append_raw: {exc}") from None
+        view = memoryview(data)
+        pending: list[_PendingBatch] = []
+        position = 0
+        for batch in batches:
+            size = peek_batch_length(view, position, max_batch_bytes=self._config.max_batch_bytes)
+            assert size is not None  # decode_batches just read it
+            pending.append(
+                _PendingBatch(batch.base_offset, batch.next_offset, batch.leader_epoch, bytes(view[position : position + size]))
+            )
+            position += size
+        return self._append_pending(pending, batches)
+
+    def append_batches(self, batches: Iterable[RecordBatch]) -> tuple[int, int]:
+        """Like `append_raw`, for decoded batches (re-encoded byte for byte)."""
+        batch_list = list(batches)
+        pending = [
+            _PendingBatch(batch.base_offset, batch.next_offset, batch.leader_epoch, encode_record_batch(batch))
+            for batch in batch_list
+        ]
+        return self._append_pending(pending, batch_list)
+
+    def _append_pending(self, pending: list[_PendingBatch], batches: Sequence[RecordBatch]) -> tuple[int, int]:
+        if not pending:
+            raise BatchRejectedError("no batches to append")
+        with self._mutex:
+            self._check_usable()
+            expected_offset = self.end_offset
+            epoch = self.last_epoch
+            for item, batch in zip(pending, batches):
+                self._check_size(len(item.data))
+                if len(batch.records) > self._config.max_records_per_batch:
+                    raise BatchRejectedError(
+                        f"batch at offset {batch.base_offset} has {len(batch.records)} records, "
+                        f"above max_records_per_batch={self._config.max_records_per_batch}"
+                    )
+                if item.base_offset != expected_offset:
+                    raise BatchRejectedError(
+                        f"batch base offset {item.base_offset} does not continue the log at {expected_offset}"
+                    )
+                self._check_epoch(item.leader_epoch, epoch)
+                expected_offset = item.next_offset
+                epoch = item.leader_epoch
+            self._write(pending)
+            return pending[0].base_offset, pending[-1].next_offset - 1
+
+    def _check_usable(self) -> None:
+        if self._lock_fd is None:
+            raise LogClosedError(f"metadata log {self._directory} is closed")
+        if self._failure is not None:
+            raise LogFailedError(
+                f"metadata log {self._directory} failed earlier ({self._failure!r}); reopen it"
+            ) from self._failure
+
+    def _check_epoch(self, leader_epoch: int, last_epoch: int) -> None:
+        if leader_epoch < 0:
+            raise BatchRejectedError(f"leader epoch {leader_epoch} is negative")
+        if leader_epoch < last_epoch:
+            raise BatchRejectedError(f"leader epoch {leader_epoch} is below the log's last epoch {last_epoch}")
+
+    def _check_size(self, size_bytes: int) -> None:
+        if size_bytes > self._config.max_batch_bytes:
+            raise BatchRejectedError(
+                f"batch of {size_bytes} bytes exceeds max_batch_bytes={self._config.max_batch_bytes}"
+            )
+
+    def _write(self, pending: list[_PendingBatch]) -> None:
+        """Writes batches (rolling segments as needed), fsyncs, then updates the index.
+
+        The in-memory state changes only after the fsync, so a reader never
+        sees data that is not durable yet.
+        """
+        try:
+            index = 0
+            # Bounded: every round either rolls (at most once per batch) or
+            # consumes at least one batch.
+            while index < len(pending):
+                active = self._segments[-1]
+                if active.size_bytes > 0 and active.size_bytes + len(pending[index].data) > self._config.segment_bytes:
+                    self._roll(pending[index].base_offset)
+                    active = self._segments[-1]
+                chunk = [pending[index]]
+                chunk_bytes = active.size_bytes + len(pending[index].data)
+                index += 1
+                while index < len(pending) and chunk_bytes + len(pending[index].data) <= self._config.segment_bytes:
+                    chunk.append(pending[index])
+                    chunk_bytes += len(pending[index].data)
+                    index += 1
+                assert self._active_fd is not None
+                _pwrite_all(self._active_fd, b"".join(item.data for item in chunk), active.size_bytes)
+                os.fsync(self._active_fd)
+                for item in chunk:
+                    active.batch_offsets.append(item.base_offset)
+                    active.batch_positions.append(active.size_bytes)
+                    active.size_bytes += len(item.data)
+                    active.next_offset = item.next_offset
+                    self._note_epoch(item.leader_epoch, item.base_offset)
+        except OSError as exc:
+            self._failure = exc
+            _log.error("storage.write_failed", directory=self._directory, error=repr(exc))
+            raise
+
+    def _roll(self, base_offset: int) -> None:
+        path = os.path.join(self._directory, segment_file_name(base_offset))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            # The directory entry must be durable before any acknowledged data
+            # lives in the file, or a crash could lose the whole segment.
+            _fsync_directory(self._directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        assert self._active_fd is not None
+        os.close(self._active_fd)
+        self._active_fd = fd
+        self._segments.append(_Segment(base_offset=base_offset, path=path, next_offset=base_offset))
+        _log.info("storage.segment_rolled", segment=path, base_offset=base_offset)
+
+    # ------------------------------------------------------------------
+    # Reading
+    # ------------------------------------------------------------------
+
+    def read(self, start_offset: int, max_bytes: int | None = None) -> list[RecordBatch]:
+        """Verified batches from the one containing `start_offset` onwards.
+
+        The first batch may begin before `start_offset` (batches are never
+        split). At most `max_bytes` (default `config.default_read_bytes`) are
+        returned, but always at least one batch if any exist.
+        """
+        return decode_batches(self.read_raw(start_offset, max_bytes), max_batch_bytes=2**31)
+
+    def read_raw(self, start_offset: int, max_bytes: int | None = None) -> bytes:
+        """Whole batches as stored, for serving Fetch without re-encoding."""
+        budget = self._config.default_read_bytes if max_bytes is None else max_bytes
+        with self._mutex:
+            self._check_usable()
+            if not self.start_offset <= start_offset <= self.end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start_offset} outside the log [{self.start_offset}, {self.end_offset}]"
+                )
+            if start_offset == self.end_offset:
+                return b""
+            segment_index = bisect_right([segment.base_offset for segment in self._segments], start_offset) - 1
+            chunks: list[bytes] = []
+            read_bytes = 0
+            # Bounded by the number of segments.
+            for segment in self._segments[segment_index:]:
+                offsets, positions = segment.batch_offsets, segment.batch_positions
+                if not offsets:
+                    continue
+                first = max(bisect_right(offsets, start_offset) - 1, 0)
+                begin = positions[first]
+                # The last batch whose end still fits the budget; at least one
+                # batch overall so the reader always progresses.
+                end = begin
+                for batch_index in range(first, len(offsets)):
+                    batch_end = positions[batch_index + 1] if batch_index + 1 < len(offsets) else segment.size_bytes
+                    if read_bytes + (batch_end - begin) > budget and (chunks or end > begin):
+                        break
+                    end = batch_end
+                if end > begin:
+                    chunks.append(self._read_segment_bytes(segment, begin, end - begin))
+                    read_bytes += end - begin
+                if end < segment.size_bytes or read_bytes >= budget:
+                    break
+            return b"".join(chunks)
+
+    def _read_segment_bytes(self, segment: _Segment, position: int, size: int) -> bytes:
+        fd = os.open(segment.path, os.O_RDONLY)
+        try:
+            return _pread_exact(fd, size, position)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------
+    # Truncation
+    # ------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Removes every batch holding an offset >= `offset`; fsyncs; returns the new end offset.
+
+        Batches are atomic, so if `offset` falls inside a batch that whole
+        batch goes and the new end is its base offset (<= `offset`). Raft
+        truncates to epoch boundaries, which are batch boundaries.
+        """
+        with self._mutex:
+            self._check_usable()
+            if offset >= self.end_offset:
+                return self.end_offset
+            if offset < self.start_offset:
+                raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.start_offset}")
+            old_end = self.end_offset
+            try:
+                self._truncate_locked(offset)
+            except OSError as exc:
+                self._failure = exc
+                _log.error("storage.truncate_failed", directory=self._directory, error=repr(exc))
+                raise
+            _log.info("storage.truncated", directory=self._directory, requested_offset=offset,
+                      old_end_offset=old_end, end_offset=self.end_offset)
+            return self.end_offset
+
+    def _truncate_locked(self, offset: int) -> None:
+        keep_index = bisect_right([segment.base_offset for segment in self._segments], offset) - 1
+        doomed = self._segments[keep_index + 1 :]
+        if doomed:
+            assert self._active_fd is not None
+            os.close(self._active_fd)
+            self._active_fd = None
+            # Newest first, and the directory fsynced before the kept segment
+            # is cut: if we crash midway, what remains is still a gap-free
+            # prefix (a resurrected later segment next to an already-cut
+            # earlier one would be a gap recovery rejects).
+            for segment in reversed(doomed):
+                os.unlink(segment.path)
+            _fsync_directory(self._directory)
+            del self._segments[keep_index + 1 :]
+            self._active_fd = os.open(self._segments[-1].path, os.O_RDWR)
+        segment = self._segments[-1]
+        offsets, positions = segment.batch_offsets, segment.batch_positions
+        # Offsets are contiguous and offset lies in [segment base, end), so the
+        # last batch starting at or before `offset` is the one holding it.
+        cut_index = bisect_right(offsets, offset) - 1
+        assert 0 <= cut_index < len(offsets), (offset, segment.base_offset, segment.next_offset)
+        position = positions[cut_index]
+        assert self._active_fd is not None
+        os.ftruncate(self._active_fd, position)
+        os.fsync(self._active_fd)
+        segment.next_offset = offsets[cut_index]
+        segment.size_bytes = position
+        del offsets[cut_index:]
+        del positions[cut_index:]
+        while self._epochs and self._epochs[-1].start_offset >= self.end_offset:
+            self._epochs.pop()
+
+    # ------------------------------------------------------------------
+    # Closing
+    # ------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._mutex:
+            self._close_fds()
+
+    def _close_fds(self) -> None:
+        if self._active_fd is not None:
+            os.close(self._active_fd)
+            self._active_fd = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the fd releases the flock
+            self._lock_fd = None
+
+    def __enter__(self) -> MetadataLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _find_valid_batch_after(data: bytes, position: int, expected_offset: int) -> int | None:
+    """Byte position of a verifying batch after a bad one at `position`, or None.
+
+    The bad batch's own length field may be the corrupt part, so batch
+    boundaries after it are unknown: try every later position whose magic byte
+    is 2. A real later batch must also continue the offsets, so its base
+    offset lies in [expected_offset, expected_offset + bytes skipped]; that
+    cheap filter keeps the CRC checks (the expensive part) to a handful.
+    """
+    search_from = position + 1 + MAGIC_OFFSET
+    magic_byte = bytes((MAGIC,))
+    limit = len(data)
+    # Bounded: each round advances `hit` by at least one byte.
+    hit = data.find(magic_byte, search_from)
+    while hit != -1:
+        start = hit - MAGIC_OFFSET
+        base_offset = int.from_bytes(data[start : start + 8], "big", signed=True)
+        if expected_offset <= base_offset <= expected_offset + (start - position):
+            try:
+                decode_batch(data, start, max_batch_bytes=limit)
+                return start
+            except DecodeError:
+                pass
+        hit = data.find(magic_byte, hit + 1)
+    return None
