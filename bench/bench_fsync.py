@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from protocol.record_batch import encode_batch  # noqa: E402
+from server.observability import configure_logging  # noqa: E402
 from server.storage.log import LogConfig, MetadataLog  # noqa: E402
 
 ROUNDS = 10
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100, help="bytes per record value")
     parser.add_argument("--dir", default=None, help="directory on the disk to measure (default: system temp)")
     args = parser.parse_args(argv)
+    configure_logging(level="warning", stream=sys.stderr)  # segment rolls must not interleave with the table
     base_dir = Path(tempfile.mkdtemp(prefix="bench_fsync_", dir=args.dir))
     try:
         results = [run_shape(base_dir, count, args.value_bytes, args.iterations) for count in (1, 64)]

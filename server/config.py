@@ -41,6 +41,9 @@ SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SS
 class ServerConfig:
     node_id: int = 1
     listener: Listener = Listener("CONTROLLER", "127.0.0.1", DEFAULT_PORT)
+    # What clients are told to connect to (Metadata, DescribeCluster); defaults
+    # to the bound listener. Needed when binding 0.0.0.0 (containers).
+    advertised_listener: Listener | None = None
     metadata_log_dir: Path = Path("var/controller-1")
     socket_request_max_bytes: int = 100 * 1024 * 1024
     connection_max_in_flight_requests: int = 64
@@ -103,6 +106,8 @@ def config_from_properties(props: dict[str, str], base: ServerConfig | None = No
         elif key == "listeners":
             first = value.split(",")[0].strip()
             changes["listener"] = Listener.parse(first)
+        elif key == "advertised.listeners":
+            changes["advertised_listener"] = Listener.parse(value.split(",")[0].strip())
         elif key in ("metadata.log.dir", "log.dirs", "log.dir"):
             # metadata.log.dir wins over log.dirs, as in Kafka.
             if key == "metadata.log.dir" or "metadata.log.dir" not in props:

@@ -225,6 +225,9 @@ class ControllerNode:
         return self.config.node_id
 
     def controller_endpoints(self) -> list[Endpoint]:
+        advertised = self.config.advertised_listener
+        if advertised is not None:
+            return [Endpoint(self.config.node_id, advertised.host, advertised.port or self.port)]
         return [Endpoint(self.config.node_id, self.config.listener.host, self.port)]
 
     def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
@@ -256,9 +259,10 @@ class ControllerNode:
         }
 
     def quorum_nodes(self) -> list[dict]:
+        endpoint = self.controller_endpoints()[0]
         return [{"node_id": self.config.node_id,
-                 "listeners": [{"name": self.config.listener.name, "host": self.config.listener.host,
-                                "port": self.port}]}]
+                 "listeners": [{"name": self.config.listener.name, "host": endpoint.host,
+                                "port": endpoint.port}]}]
 
     # -- write paths used by handlers -----------------------------------------
     async def submit(self, command):

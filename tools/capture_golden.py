@@ -33,8 +33,7 @@ def client_command(client: str, port: int) -> list[str]:
     if client == "kafka-python":
         code = textwrap.dedent(f"""
             from kafka.admin import KafkaAdminClient
-            KafkaAdminClient(bootstrap_servers="127.0.0.1:{port}", client_id="kraftwerk-golden",
-                             request_timeout_ms=3000, api_version_auto_timeout_ms=3000)
+            KafkaAdminClient(bootstrap_servers="127.0.0.1:{port}", client_id="kraftwerk-golden", request_timeout_ms=3000)
         """)
         return [python, "-c", code]
     if client == "confluent-kafka":
@@ -56,9 +55,12 @@ def client_version(client: str) -> str:
     if client == "confluent-kafka":
         import confluent_kafka
 
-        return f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
+        return f"confluent-kafka {confluent_kafka.version()} (librdkafka {confluent_kafka.libversion()[0]})"
     out = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=5)
-    return " ".join((out.stdout or out.stderr).split()[:6])
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith("Version"):
+            return "kcat " + line.removeprefix("Version ").strip()
+    return "kcat (unknown version)"
 
 
 def read_exact(conn: socket.socket, n: int) -> bytes:
@@ -91,7 +93,9 @@ def capture(client: str) -> tuple[bytes, list[str]]:
         finally:
             proc.kill()
             proc.wait(timeout=CLIENT_TIMEOUT_S)
-    shown = [part if "\n" not in part else "<script: see tools/capture_golden.py>" for part in command]
+    shown = ["python" if part == sys.executable else part for part in command]
+    shown = [part if "\n" not in part else repr("; ".join(line.strip() for line in part.strip().splitlines()))
+             for part in shown]
     return frame, [p.replace(str(port), "PORT") for p in shown]
 
 
