@@ -186,17 +186,39 @@ def read_nullable_string(io: BytesIO) -> str | None:
 
 
 def read_compact_string(io: BytesIO) -> str:
-    n = read_uvarint(io)
+    # Fast path: a length below 127 fits the first varint byte, which is the
+    # common case for names and ids; read_uvarint handles the rest.
+    head = io.read(1)
+    if not head:
+        raise DecodeError("truncated unsigned varint")
+    n = head[0]
+    if n >= 0x80:
+        io.seek(-1, 1)
+        n = read_uvarint(io)
     if n == 0:
         raise DecodeError("null string in a non-nullable field")
-    return read_exact(io, n - 1).decode("utf-8")
+    n -= 1
+    data = io.read(n)
+    if len(data) != n:
+        raise DecodeError(f"truncated: wanted {n} bytes, got {len(data)}")
+    return data.decode("utf-8")
 
 
 def read_compact_nullable_string(io: BytesIO) -> str | None:
-    n = read_uvarint(io)
+    head = io.read(1)
+    if not head:
+        raise DecodeError("truncated unsigned varint")
+    n = head[0]
+    if n >= 0x80:
+        io.seek(-1, 1)
+        n = read_uvarint(io)
     if n == 0:
         return None
-    return read_exact(io, n - 1).decode("utf-8")
+    n -= 1
+    data = io.read(n)
+    if len(data) != n:
+        raise DecodeError(f"truncated: wanted {n} bytes, got {len(data)}")
+    return data.decode("utf-8")
 
 
 def _encode_str(value: str) -> bytes:
@@ -221,9 +243,16 @@ def write_nullable_string(io: BytesIO, value: str | None) -> None:
 
 
 def write_compact_string(io: BytesIO, value: str) -> None:
-    data = _encode_str(value)
-    write_uvarint(io, len(data) + 1)
-    io.write(data)
+    if value.__class__ is not str:
+        raise EncodeError(f"expected str, got {type(value).__name__}")
+    data = value.encode("utf-8")
+    n = len(data) + 1
+    # One write for the common short string (length fits one varint byte).
+    if n < 0x80:
+        io.write(bytes((n,)) + data)
+    else:
+        io.write(encode_uvarint(n))
+        io.write(data)
 
 
 def write_compact_nullable_string(io: BytesIO, value: str | None) -> None:
@@ -296,7 +325,14 @@ def write_compact_nullable_bytes(io: BytesIO, value: bytes | None) -> None:
 def read_array_count(io: BytesIO, compact: bool, nullable: bool) -> int:
     """Returns the element count, or -1 for a null array."""
     if compact:
-        n = read_uvarint(io) - 1
+        head = io.read(1)
+        if not head:
+            raise DecodeError("truncated array length")
+        n = head[0]
+        if n >= 0x80:
+            io.seek(-1, 1)
+            n = read_uvarint(io)
+        n -= 1
     else:
         data = io.read(4)
         if len(data) != 4:
@@ -593,8 +629,12 @@ class KafkaStruct(Construct):
         if self.tagged is not None:
             for spec in self.tagged:
                 lines.append(f"    r[{spec.name!r}] = {_default_expr(spec, code)}")
-            lines.append("    n = read_uvarint(io)")
-            lines.append("    if n:")
+            # The tagged section is almost always empty: one zero byte, no call.
+            lines.append("    n = io.read(1)")
+            lines.append("    if n != b'\\x00':")
+            lines.append("        if not n: raise DecodeError('truncated tagged-field count')")
+            lines.append("        io.seek(-1, 1)")
+            lines.append("        n = read_uvarint(io)")
             lines.append("        unknown = None")
             lines.append("        last_tag = -1")
             lines.append("        for _ in range(n):")

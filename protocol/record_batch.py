@@ -104,7 +104,6 @@ CONTROL_KEY_VERSION = 0
 CONTROL_KEY_BYTES = _CONTROL_KEY.size  # 4
 
 _NULL_LENGTH = encode_varint(-1)
-_ZERO = encode_varint(0)
 
 # Zigzag varints of 0..4095 (one or two bytes), precomputed with the
 # primitives' encoder: record lengths, offset deltas and value lengths of
@@ -480,7 +479,8 @@ def _decode_records(
         raise DecodeError(f"record batch at byte {pos}: record count {record_count} cannot fit in {len(data)} bytes")
     # Index-based parsing over one bytes copy: the one- and two-byte varints
     # that dominate KRaft records are decoded inline, anything longer goes to the
-    # primitives' readers. (About 2.5x faster than a BytesIO per field.)
+    # primitives' readers (a 64-record batch: ~230 µs with a BytesIO read per
+    # field, ~130 µs like this, NamedTuple records included).
     buf = bytes(data)
     end = len(buf)
     records: list[Record] = []
