@@ -624,8 +624,26 @@ class KafkaStruct(Construct):
         lines = [f"def {fname}(io, this):", "    r = Container()"]
         for spec in self.absent:
             lines.append(f"    r[{spec.name!r}] = {_default_expr(spec, code)}")
-        for spec in self.fields:
+        # Runs of fixed-width fields are read with one read and one unpack
+        # (e.g. ApiKey/MinVersion/MaxVersion as ">hhh"): the calls, not the
+        # bytes, are what a Python decoder spends its time on.
+        index = 0
+        while index < len(self.fields):
+            run = []
+            while index + len(run) < len(self.fields) and isinstance(self.fields[index + len(run)].con, KafkaFixed):
+                run.append(self.fields[index + len(run)])
+            if len(run) >= 2:
+                fmt = ">" + "".join(spec.con.fmt[1:] for spec in run)
+                size = struct.calcsize(fmt)
+                packer = f"fixed_run_{code.allocateId()}"
+                code.append(f"{packer} = struct.Struct({fmt!r})")
+                targets = ", ".join(f"r[{spec.name!r}]" for spec in run)
+                lines.append(f"    {targets} = {packer}.unpack(io.read({size}))")
+                index += len(run)
+                continue
+            spec = self.fields[index]
             lines.append(f"    r[{spec.name!r}] = {spec.con._compileparse(code)}")
+            index += 1
         if self.tagged is not None:
             for spec in self.tagged:
                 lines.append(f"    r[{spec.name!r}] = {_default_expr(spec, code)}")

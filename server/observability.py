@@ -41,6 +41,13 @@ class Event(StrEnum):
     BROKER_UNFENCED = "controller.broker_unfenced"
     BROKER_UNREGISTERED = "controller.broker_unregistered"
     STORAGE_FORMATTED = "storage.formatted"
+    STORAGE_LOG_OPENED = "storage.log_opened"
+    STORAGE_TORN_TAIL_TRUNCATED = "storage.torn_tail_truncated"
+    STORAGE_SEGMENT_ROLLED = "storage.segment_rolled"
+    STORAGE_TRUNCATED = "storage.truncated"
+    STORAGE_WRITE_FAILED = "storage.write_failed"
+    STORAGE_TRUNCATE_FAILED = "storage.truncate_failed"
+    CONTROLLER_COMMAND_FAILED = "controller.command_failed"
 
 
 def configure_logging(level: str = "info", stream=None) -> None:

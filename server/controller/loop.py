@@ -98,7 +98,7 @@ class ControllerLoop:
             try:
                 result = command(self.state, self.tracker, self.metadata_log.end_offset, monotonic_ms())
             except Exception as exc:  # a bug in one command must not stop the controller
-                log.exception("controller.command_failed", error=repr(exc))
+                log.exception(Event.CONTROLLER_COMMAND_FAILED, error=repr(exc))
                 reply.error = exc
                 reply.event.set()
                 continue

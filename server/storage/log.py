@@ -55,7 +55,7 @@ from protocol.record_batch import (
     encode_record_batch,
     peek_batch_length,
 )
-from server.observability import get_logger
+from server.observability import Event, get_logger
 
 _log = get_logger("storage.log")
 
@@ -233,7 +233,7 @@ class MetadataLog:
         active = self._segments[-1]
         self._active_fd = os.open(active.path, os.O_RDWR)
         _log.info(
-            "storage.log_opened",
+            Event.STORAGE_LOG_OPENED,
             directory=self._directory,
             segments=len(self._segments),
             start_offset=self.start_offset,
@@ -298,7 +298,7 @@ class MetadataLog:
         finally:
             os.close(fd)
         _log.warning(
-            "storage.torn_tail_truncated",
+            Event.STORAGE_TORN_TAIL_TRUNCATED,
             segment=segment.path,
             position=position,
             bytes_removed=removed_bytes,
@@ -508,7 +508,7 @@ class MetadataLog:
                     self._note_epoch(item.leader_epoch, item.base_offset)
         except OSError as exc:
             self._failure = exc
-            _log.error("storage.write_failed", directory=self._directory, error=repr(exc))
+            _log.error(Event.STORAGE_WRITE_FAILED, directory=self._directory, error=repr(exc))
             raise
 
     def _roll(self, base_offset: int) -> None:
@@ -525,7 +525,7 @@ class MetadataLog:
         os.close(self._active_fd)
         self._active_fd = fd
         self._segments.append(_Segment(base_offset=base_offset, path=path, next_offset=base_offset))
-        _log.info("storage.segment_rolled", segment=path, base_offset=base_offset)
+        _log.info(Event.STORAGE_SEGMENT_ROLLED, segment=path, base_offset=base_offset)
 
     # ------------------------------------------------------------------
     # Reading
@@ -605,9 +605,9 @@ class MetadataLog:
                 self._truncate_locked(offset)
             except OSError as exc:
                 self._failure = exc
-                _log.error("storage.truncate_failed", directory=self._directory, error=repr(exc))
+                _log.error(Event.STORAGE_TRUNCATE_FAILED, directory=self._directory, error=repr(exc))
                 raise
-            _log.info("storage.truncated", directory=self._directory, requested_offset=offset,
+            _log.info(Event.STORAGE_TRUNCATED, directory=self._directory, requested_offset=offset,
                       old_end_offset=old_end, end_offset=self.end_offset)
             return self.end_offset
 
