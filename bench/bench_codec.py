@@ -39,7 +39,6 @@ _HHI = struct.Struct(">hhi")
 _I = struct.Struct(">i")
 _HHH = struct.Struct(">hhh")
 _Q = struct.Struct(">q")
-_IHB = struct.Struct(">ihb")
 
 
 def _uv(data: bytes, pos: int) -> tuple[int, int]:

@@ -119,8 +119,12 @@ class ControllerNode:
             supported_features=local_supported_features(self.config.unstable_feature_versions_enable),
             session_timeout_ms=self.config.broker_session_timeout_ms,
         )
-        self.metadata_log = MetadataLog.open(directory / "__cluster_metadata-0",
-                                             LogConfig(segment_bytes=self.config.log_segment_bytes))
+        try:
+            self.metadata_log = MetadataLog.open(directory / "__cluster_metadata-0",
+                                                 LogConfig(segment_bytes=self.config.log_segment_bytes))
+        except RuntimeError as exc:  # the log's exclusive lock is held
+            raise StartupError(f"{exc}; is another controller running on {directory}? Stop it, or "
+                               "give this one its own --log-dir") from None
         self.state = ControllerState(meta.cluster_id)
         replayed = 0
         offset = 0
@@ -160,7 +164,7 @@ class ControllerNode:
             self.metrics.finalized_metadata_version.set(self.state.metadata_version)
         for offset, item in enumerate(result.records, start=base_offset):
             if item.name == "FeatureLevelRecord":
-                log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], level=item.data["feature_level"],
+                log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], feature_level=item.data["feature_level"],
                          offset=offset)
             elif item.name == "RegisterBrokerRecord":
                 log.info(Event.BROKER_REGISTERED, broker_id=item.data["broker_id"], broker_epoch=offset)

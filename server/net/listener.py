@@ -65,9 +65,21 @@ class Connection:
         self.client_software: tuple[str, str] | None = None
 
 
-async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: trio.Event) -> None:
-    """Writes responses in the order requests arrived, coalescing ready ones."""
+async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: trio.Event,
+                  in_flight: trio.Semaphore, close_connection) -> None:
+    """Writes responses in the order requests arrived, coalescing ready ones.
+
+    Releases one `in_flight` token per response once it has been sent. When it
+    stops for any reason (a handler asked to close, the peer went away, or the
+    reader closed the channel and everything was flushed) it ends the whole
+    connection, so a reader blocked on a token or a socket read never lingers."""
     stream = conn.stream
+
+    async def send(chunks: list[bytes]) -> None:
+        await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        for _ in chunks:
+            in_flight.release()
+
     try:
         async for item in responses:
             if item.__class__ is PendingResponse:
@@ -84,22 +96,24 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                     break
                 if nxt.__class__ is PendingResponse:
                     if not nxt.event.is_set():
-                        await stream.send_all(b"".join(chunks))
+                        if chunks:
+                            await send(chunks)
                         chunks = []
                         await nxt.event.wait()
                     if nxt.payload is None:
                         if chunks:
-                            await stream.send_all(b"".join(chunks))
+                            await send(chunks)
                         return
                     chunks.append(nxt.payload)
                 else:
                     chunks.append(nxt)
             if chunks:
-                await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                await send(chunks)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
         done.set()
+        close_connection()
 
 
 async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
@@ -108,9 +122,12 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
     idle_seconds = config.connections_max_idle_ms / 1000
     send_channel, receive_channel = trio.open_memory_channel(config.connection_max_in_flight_requests)
     writer_done = trio.Event()
+    # One token per request between "taken off the connection" and "written":
+    # the reader waits for a token before dispatching, the writer returns it.
+    in_flight = trio.Semaphore(config.connection_max_in_flight_requests)
     reason = "eof"
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_writer, conn, receive_channel, writer_done)
+        nursery.start_soon(_writer, conn, receive_channel, writer_done, in_flight, nursery.cancel_scope.cancel)
         try:
             while True:
                 with trio.move_on_after(idle_seconds) as idle:
@@ -131,6 +148,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
                     frame = decoder.next_frame()
                     if frame is None:
                         break
+                    await in_flight.acquire()
                     item = dispatcher.dispatch(conn, frame, nursery)
                     await send_channel.send(item)
         except FrameError as exc:

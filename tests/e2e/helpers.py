@@ -12,6 +12,8 @@ Rules kept here:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -25,6 +27,7 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
+import structlog
 
 from protocol.header import REQUEST_HEADER, RESPONSE_HEADER
 from protocol.registry import API_MESSAGES
@@ -52,17 +55,25 @@ def run_cli(*argv: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.Complete
 
 
 def new_cluster_id() -> str:
-    result = run_cli("storage", "random-uuid")
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
+    from server.storage.meta_properties import random_uuid_string
+
+    return random_uuid_string()
 
 
 def format_directory(log_dir: Path, metadata_version: str = DEFAULT_METADATA_VERSION,
-                     cluster_id: str | None = None, extra: tuple[str, ...] = ()) -> str:
+                     cluster_id: str | None = None) -> str:
+    """`kraftwerk storage format`, run in this process to save an interpreter start per
+    test (the command itself is tested as a subprocess in test_cli.py)."""
+    from server.cli import main
+
     cluster_id = cluster_id or new_cluster_id()
-    result = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", metadata_version,
-                     "--log-dir", str(log_dir), "--listener", "127.0.0.1:0", *extra)
-    assert result.returncode == 0, f"format failed: {result.stdout}\n{result.stderr}"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        status = main(["storage", "format", "--cluster-id", cluster_id, "--metadata-version", metadata_version,
+                       "--log-dir", str(log_dir), "--listener", "127.0.0.1:0"])
+    # main() configured structlog to write into `out`; undo that for this process.
+    structlog.reset_defaults()
+    assert status == 0, f"format failed: {out.getvalue()}"
     return cluster_id
 
 

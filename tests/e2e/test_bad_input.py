@@ -233,3 +233,29 @@ def test_request_log_lines_name_every_served_request(server, witness):
     # log.level=debug: each answered request has a net.request line.
     api_versions_round_trip(witness, 50)
     server.wait_for_event("net.request", api="ApiVersions", correlation_id=50)
+
+
+def test_api_versions_from_the_future_with_only_a_fixed_header(server, witness):
+    # 8 bytes: key, version, correlation id; no client id at all. The reply
+    # still needs the correlation id, which sits at a fixed offset.
+    with connect(server) as sock:
+        payload = struct.pack(">hhi", 18, 99, 4242)
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        correlation_id, body = read_response(sock, 18, 0)
+        assert (correlation_id, body.error_code) == (4242, ErrorCode.UNSUPPORTED_VERSION)
+    assert_still_serving(server, witness)
+
+
+def test_requests_sent_before_a_half_close_are_still_answered(server, witness):
+    with connect(server) as sock:
+        sock.sendall(api_versions_request(61) + encode_request(
+            57, 1, 62, {"timeout_ms": 1000, "validate_only": True, "feature_updates": [
+                {"feature": "metadata.version", "max_version_level": 20, "upgrade_type": 1}]})
+            + api_versions_request(63))
+        sock.shutdown(socket.SHUT_WR)
+        assert read_response(sock, 18, 3)[0] == 61
+        correlation_id, body = read_response(sock, 57, 1)
+        assert (correlation_id, body.error_code) == (62, ErrorCode.NONE)
+        assert read_response(sock, 18, 3)[0] == 63
+        assert_closed_by_server(sock)
+    assert_still_serving(server, witness)

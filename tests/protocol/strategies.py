@@ -22,7 +22,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from construct import Container
 from hypothesis import strategies as st
 
 from protocol.schema import Field, Message, Versions
@@ -168,16 +167,6 @@ def project(message: Message, fields: tuple[Field, ...], version: int, value: An
     if unknown:
         result["_unknown_tagged_fields"] = plain(unknown)
     return result
-
-
-def all_field_names(message: Message, fields: tuple[Field, ...]) -> set[str]:
-    return {f.attr for f in fields}
-
-
-__all__ = [
-    "Container", "all_versions", "field_values", "in_version", "is_tagged", "message_values",
-    "plain", "present_fields", "project", "scalar_values", "uuid",
-]
 
 
 _RICH_SCALARS = {

@@ -64,7 +64,7 @@ def _check_round_trip(message: Message, version: int, value: dict) -> None:
 
 
 @pytest.mark.parametrize(("message", "version"), ALL_CASES)
-@settings(max_examples=25)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_round_trip(message: Message, version: int, data):
     value = data.draw(message_values(message, version))
