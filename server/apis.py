@@ -27,20 +27,29 @@ class ServedApi:
     is_async: bool
     request: Message
     response: Message
+    # Header versions indexed by API version, resolved once: the per-request
+    # path must not re-derive Kafka's flexible-version rule.
+    request_header_versions: tuple[int, ...]
+    response_header_versions: tuple[int, ...]
 
     def request_header_version(self, version: int) -> int:
-        return request_header_version(self.request, version)
+        return self.request_header_versions[version]
 
     def response_header_version(self, version: int) -> int:
-        return response_header_version(self.request, version)
+        return self.response_header_versions[version]
 
 
 def served(api_key: int, min_version: int, max_version: int, handler, is_async: bool = False) -> ServedApi:
     request, response = API_MESSAGES[api_key]
     lo, hi = request.version_range
     assert lo <= min_version <= max_version <= hi, "cannot serve versions the protocol does not declare"
-    return ServedApi(api_key, request.name.removesuffix("Request"), min_version, max_version, handler,
-                     is_async, request, response)
+    versions = range(max_version + 1)
+    return ServedApi(
+        api_key, request.name.removesuffix("Request"), min_version, max_version, handler, is_async,
+        request, response,
+        tuple(request_header_version(request, v) if v >= lo else 2 for v in versions),
+        tuple(response_header_version(request, v) if v >= lo else 0 for v in versions),
+    )
 
 
 def controller_apis() -> dict[int, ServedApi]:

@@ -59,6 +59,9 @@ class Dispatcher:
         self.metrics = node.metrics
         self.served = served
         self._request_counters: dict[tuple[int, int], object] = {}
+        # structlog's lazy proxy binds on every call even when the level filters
+        # the event out, so the per-request debug line is guarded by a flag.
+        self._log_requests = node.config.log_level.lower() == "debug"
 
     # -- encoding -----------------------------------------------------------
     def encode_response(self, api: ServedApi, version: int, correlation_id: int, body: dict) -> bytes:
@@ -127,8 +130,9 @@ class Dispatcher:
             log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, api=api.name,
                           api_version=version, error=repr(exc))
             raise CloseConnection() from None
-        log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
-                  client_id=header.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+        if self._log_requests:
+            log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
+                      client_id=header.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
         return payload
 
     async def _run_async(self, api: ServedApi, ctx: RequestContext, request, slot: PendingResponse,
@@ -144,8 +148,10 @@ class Dispatcher:
                           api_version=ctx.api_version, error=repr(exc))
             slot.set(None)
             return
-        log.debug(Event.REQUEST, api=api.name, api_version=ctx.api_version, correlation_id=ctx.correlation_id,
-                  client_id=ctx.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+        if self._log_requests:
+            log.debug(Event.REQUEST, api=api.name, api_version=ctx.api_version,
+                      correlation_id=ctx.correlation_id, client_id=ctx.client_id,
+                      latency_us=round((time.perf_counter() - started) * 1e6, 1))
         slot.set(payload)
 
     def _api_versions_unsupported(self, conn: Connection, frame: bytes, version: int) -> bytes:
