@@ -683,10 +683,25 @@ class KafkaStruct(Construct):
                     "def UUID_CONST(i):\n    return _UUID(int=i)\n")
         fname = f"build_{self.type_name}_{code.allocateId()}"
         lines = [f"def {fname}(objdict, io, this):"]
-        for spec in self.fields:
+        # As in parsing, a run of fixed-width fields becomes one pack and one write.
+        index = 0
+        while index < len(self.fields):
+            run = []
+            while index + len(run) < len(self.fields) and isinstance(self.fields[index + len(run)].con, KafkaFixed):
+                run.append(self.fields[index + len(run)])
+            if len(run) >= 2:
+                fmt = ">" + "".join(spec.con.fmt[1:] for spec in run)
+                packer = f"fixed_run_{code.allocateId()}"
+                code.append(f"{packer} = struct.Struct({fmt!r})")
+                values = ", ".join(f"objdict.get({spec.name!r}, {_default_expr(spec, code)})" for spec in run)
+                lines.append(f"    io.write({packer}.pack({values}))")
+                index += len(run)
+                continue
+            spec = self.fields[index]
             default = _default_expr(spec, code)
             lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
             lines.append(f"    {spec.con._compilebuild(code)}")
+            index += 1
         if self.tagged is not None:
             if not self.tagged:
                 lines.append("    unknown = objdict.get('_unknown_tagged_fields')")
