@@ -138,6 +138,19 @@ class ControllerNode:
                         self.state.replay(decode_metadata_record(item.value), item.offset)
                         replayed += 1
                 offset = batch.next_offset
+        self._bootstrap_records = None
+        if self.metadata_log.end_offset == 0:
+            # Checked here, not at the first append, so that a missing or
+            # corrupt checkpoint is a clean start-up error for the operator.
+            try:
+                self._bootstrap_records = read_bootstrap_checkpoint(directory)
+            except StartupError:
+                self.metadata_log.close()
+                raise
+            if self._bootstrap_records is None:
+                self.metadata_log.close()
+                raise StartupError(f"{directory} has no {BOOTSTRAP_CHECKPOINT} and an empty log; "
+                                   "re-run `kraftwerk storage format`")
         self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
         self.controller = ControllerLoop(
             self.metadata_log, self.state, self.tracker, SINGLE_NODE_LEADER_EPOCH,
@@ -147,12 +160,9 @@ class ControllerNode:
                  metadata_version=self.state.metadata_version, cluster_id=self.cluster_id)
 
     async def bootstrap_if_empty(self) -> None:
-        if self.metadata_log.end_offset > 0:
+        if self.metadata_log.end_offset > 0 or self._bootstrap_records is None:
             return
-        records = read_bootstrap_checkpoint(Path(self.config.metadata_log_dir))
-        if records is None:
-            raise StartupError(f"{self.config.metadata_log_dir} has no {BOOTSTRAP_CHECKPOINT}; "
-                               "re-run `kraftwerk storage format`")
+        records, self._bootstrap_records = self._bootstrap_records, None
         await self.controller.append_and_apply(commands.ControllerResult(records, {}))
         log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
                  features=dict(self.state.finalized_levels))

@@ -1,14 +1,32 @@
-"""Captures the first request frame a real Kafka client sends, as golden bytes.
+"""Captures request (and response) frames real Kafka clients send, as golden bytes.
 
-Usage: python tools/capture_golden.py {kafka-python,confluent-kafka,kcat,all} [OUT_DIR]
+Two modes, both talking to nothing but 127.0.0.1:
+
+    python tools/capture_golden.py {kafka-python,confluent-kafka,kcat,all} [OUT_DIR]
+    python tools/capture_golden.py proxy [OUT_DIR]
+
 (default OUT_DIR: tests/protocol/golden)
 
-A one-shot TCP listener on 127.0.0.1 (ephemeral port) accepts one
+First-frame mode: a one-shot TCP listener (ephemeral port) accepts one
 connection, reads one size-prefixed frame, closes, and writes the frame body
 (without the int32 size) as hex to OUT_DIR/<client>.hex plus a line in
-OUT_DIR/<client>.meta describing the client version and command. The client
-runs in a subprocess that is killed after the capture or a timeout: nothing
-here ever talks to anything but 127.0.0.1.
+OUT_DIR/<client>.meta describing the client version and command. Every client
+opens with ApiVersions, so that is all this mode can see.
+
+Proxy mode: formats a temporary metadata directory, starts a real kraftwerk
+controller behind a recording TCP proxy and drives each client through a
+scripted session (SESSIONS). The proxy port is bound *before* the controller
+starts, and the controller is told `advertised.listeners=` that port: clients
+learn node addresses from Metadata/DescribeCluster replies and reconnect to
+them, so advertising the controller's own port would route every later request
+around the proxy. Frames pass through unmodified. The first request frame of
+each distinct (client, api key, api version) is written to
+OUT_DIR/<client>.<api>-v<N>.hex with a .meta JSON line, and the controller's
+reply to it to OUT_DIR/<client>.<api>-v<N>.response.hex. ApiVersions requests
+are left to first-frame mode (the same bytes).
+
+Clients and the controller run in subprocesses killed after their session or
+a timeout.
 """
 
 from __future__ import annotations

@@ -170,6 +170,31 @@ def test_controller_refuses_a_directory_of_another_node(tmp_path):
     assert "belongs to node 1, but node.id is 2" in result.stderr
 
 
+def test_controller_refuses_a_first_start_without_bootstrap_records(tmp_path):
+    log_dir = tmp_path / "metadata"
+    format_directory(log_dir)
+    (log_dir / "bootstrap.checkpoint").unlink()
+    result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0",
+                     "--port-file", str(tmp_path / "port"), timeout_s=30)
+    assert result.returncode == 1
+    assert "has no bootstrap.checkpoint" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "port").exists()
+
+
+def test_controller_refuses_a_corrupt_bootstrap_checkpoint(tmp_path):
+    log_dir = tmp_path / "metadata"
+    format_directory(log_dir)
+    checkpoint = log_dir / "bootstrap.checkpoint"
+    data = bytearray(checkpoint.read_bytes())
+    data[-1] ^= 0xFF  # breaks the batch CRC
+    checkpoint.write_bytes(bytes(data))
+    result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0", timeout_s=30)
+    assert result.returncode == 1
+    assert "bootstrap.checkpoint is corrupt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_sigterm_stops_the_controller_cleanly(tmp_path):
     log_dir = tmp_path / "metadata"
     cluster_id = format_directory(log_dir)
