@@ -281,6 +281,16 @@ def struct_encode_broker_registration_v4(value) -> bytes:
     return b"".join(out)
 
 
+def struct_decode_broker_registration_response_v4(data: bytes):
+    throttle, error_code, broker_epoch = struct.unpack_from(">ihq", data, 0)
+    _skip_tags(data, 14)
+    return throttle, error_code, broker_epoch
+
+
+def struct_encode_broker_registration_response_v4(value) -> bytes:
+    return struct.pack(">ihq", *value) + b"\x00"
+
+
 def struct_decode_metadata_request_v12(data: bytes):
     n, pos = _uv(data, 0)
     topics = None if n == 0 else []
@@ -420,6 +430,9 @@ def cases():
           "previous_broker_epoch": -1}
     simple("BrokerRegistrationRequest v4", broker_registration.REQUEST, 4, br, None, None,
            struct_decode_broker_registration_v4, struct_encode_broker_registration_v4)
+    brr = {"throttle_time_ms": 0, "error_code": 0, "broker_epoch": 4242}
+    simple("BrokerRegistrationResponse v4", broker_registration.RESPONSE, 4, brr, None, None,
+           struct_decode_broker_registration_response_v4, struct_encode_broker_registration_response_v4)
     mreq = {"topics": None, "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
     simple("MetadataRequest v12", metadata.REQUEST, 12, mreq, MetadataRequest, None,
            struct_decode_metadata_request_v12, struct_encode_metadata_request_v12)
