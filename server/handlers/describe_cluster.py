@@ -9,12 +9,11 @@ as Kafka lists only unfenced brokers.
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.authorization import cluster_authorized_operations
 
 ENDPOINT_TYPE_BROKER = 1
 ENDPOINT_TYPE_CONTROLLER = 2
 UNSUPPORTED_ENDPOINT_TYPE = 117
-
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
 def handle(ctx, request):
@@ -46,5 +45,6 @@ def handle(ctx, request):
         "cluster_id": node.cluster_id,
         "controller_id": node.active_controller_id(),
         "brokers": nodes,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": cluster_authorized_operations(
+            bool(request.include_cluster_authorized_operations)),
     }

@@ -11,9 +11,7 @@ all; kraftwerk does so that kafka-python, librdkafka and kcat can bootstrap.
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
-
-# Kafka's "authorized operations not requested" sentinel.
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+from server.authorization import AUTHORIZED_OPERATIONS_OMITTED, cluster_authorized_operations
 
 
 def handle(ctx, request):
@@ -37,5 +35,7 @@ def handle(ctx, request):
         "cluster_id": node.cluster_id,
         "controller_id": node.active_controller_id(),
         "topics": topics,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        # The field exists in v8-10 only; the request flag is false in other versions.
+        "cluster_authorized_operations": cluster_authorized_operations(
+            bool(request.include_cluster_authorized_operations)),
     }

@@ -47,6 +47,21 @@ def test_describe_cluster(admin, shared):
     assert [(n.id, n.host, n.port) for n in description.nodes] == [(1, "127.0.0.1", shared.port)]
 
 
+def test_describe_cluster_reports_every_cluster_operation_when_asked(admin):
+    # No authorizer yet: as Kafka without one, every CLUSTER operation is allowed.
+    from confluent_kafka import admin as confluent_admin
+
+    description = admin.describe_cluster(include_authorized_operations=True,
+                                         request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
+    operation = confluent_admin.AclOperation
+    assert set(description.authorized_operations) == {
+        operation.CREATE, operation.ALTER, operation.DESCRIBE, operation.CLUSTER_ACTION,
+        operation.DESCRIBE_CONFIGS, operation.ALTER_CONFIGS, operation.IDEMPOTENT_WRITE,
+    }
+    plain = admin.describe_cluster(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
+    assert plain.authorized_operations is None
+
+
 def test_kcat_lists_broker_1_as_controller(shared):
     kcat = shutil.which("kcat")
     if kcat is None:
