@@ -57,7 +57,10 @@ def _load_config(args):
 
     if args.config and not Path(args.config).exists():
         raise CommandError(f"config file {args.config} does not exist")
-    return load_config(args.config, _overrides(args))
+    try:
+        return load_config(args.config, _overrides(args))
+    except ValueError as exc:
+        raise CommandError(f"bad configuration: {exc}") from None
 
 
 def cmd_controller(args) -> int:

@@ -33,6 +33,31 @@ class Listener:
         return f"{self.name}://{self.host}:{self.port}"
 
 
+@dataclass(frozen=True, slots=True)
+class VoterAddress:
+    """One entry of `controller.quorum.voters`: `id@host:port`."""
+
+    node_id: int
+    host: str
+    port: int
+
+    @staticmethod
+    def parse(text: str) -> "VoterAddress":
+        node, at, address = text.strip().partition("@")
+        host, colon, port = address.rpartition(":")
+        if not at or not colon or not node.strip().isdigit() or not port.isdigit():
+            raise ValueError(f"controller.quorum.voters entry {text!r} must look like id@host:port")
+        return VoterAddress(int(node), host, int(port))
+
+
+def parse_voters(text: str) -> tuple[VoterAddress, ...]:
+    voters = tuple(VoterAddress.parse(item) for item in text.split(",") if item.strip())
+    ids = [voter.node_id for voter in voters]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"controller.quorum.voters names a node twice: {text!r}")
+    return voters
+
+
 # Kafka's SecurityProtocol ids, used in BrokerRegistration/Metadata endpoints.
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
@@ -55,6 +80,12 @@ class ServerConfig:
     controller_queue_max_commands: int = 1_000
     log_segment_bytes: int = 1024 * 1024
     log_level: str = "info"
+    # The static voter set; empty means "this node alone" (the degenerate quorum).
+    quorum_voters: tuple[VoterAddress, ...] = ()
+    # controller.quorum.* with Kafka's defaults (FACTS §11).
+    quorum_election_timeout_ms: int = 1_000
+    quorum_fetch_timeout_ms: int = 2_000
+    quorum_append_linger_ms: int = 25
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -88,10 +119,14 @@ _KNOWN = {
     "unstable.feature.versions.enable": ("unstable_feature_versions_enable", _bool),
     "log.segment.bytes": ("log_segment_bytes", int),
     "log.level": ("log_level", str),
+    "controller.quorum.voters": ("quorum_voters", parse_voters),
+    "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
+    "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
+    "controller.quorum.append.linger.ms": ("quorum_append_linger_ms", int),
 }
 
 # Properties Kafka uses that kraftwerk accepts and understands without a field.
-_ACCEPTED = {"process.roles", "controller.listener.names", "controller.quorum.voters",
+_ACCEPTED = {"process.roles", "controller.listener.names",
              "listener.security.protocol.map", "inter.broker.listener.name"}
 
 

@@ -1,0 +1,226 @@
+"""Outbound connections from one node to another, for controller-to-controller RPCs.
+
+Owns: `PeerConnection`, a long-lived, self-healing connection to one peer
+that pipelines requests (many in flight, answers matched by correlation id),
+negotiates API versions on every (re)connect, and reconnects with bounded,
+jittered exponential backoff.
+
+Rules kept here:
+- A request never waits forever: callers give a timeout; when the
+  connection drops, every waiting request fails at once with
+  `PeerUnavailable`, and the next request waits for the reconnect (bounded by
+  its own timeout).
+- In-flight requests are bounded (`max_in_flight_requests`); callers wait for a
+  slot rather than queue without limit.
+- The random source for jitter is injected, so tests are reproducible.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+from io import BytesIO
+
+import trio
+
+from protocol.errors import DecodeError, ErrorCode
+from protocol.header import REQUEST_HEADER, RESPONSE_HEADER, request_header_version, response_header_version
+from protocol.registry import API_MESSAGES, api_name
+from server.net.framing import FrameDecoder, FrameError, frame
+from server.observability import get_logger
+
+log = get_logger("net.peer")
+
+RESPONSE_MAX_BYTES = 100 * 1024 * 1024
+SOFTWARE_NAME = "kraftwerk"
+SOFTWARE_VERSION = "0.1.0"
+
+
+class PeerUnavailable(Exception):
+    """The peer could not be reached, or the connection dropped mid-request."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAddress:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffPolicy:
+    initial_ms: int = 50
+    max_ms: int = 1_000
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def delay_ms(self, attempt: int, rng: random.Random) -> float:
+        base = min(self.max_ms, self.initial_ms * self.multiplier ** attempt)
+        return base * (1 + self.jitter * (2 * rng.random() - 1))
+
+
+class _Waiter:
+    __slots__ = ("event", "payload", "error", "api_key", "version")
+
+    def __init__(self, api_key: int, version: int) -> None:
+        self.event = trio.Event()
+        self.payload: bytes | None = None
+        self.error: Exception | None = None
+        self.api_key = api_key
+        self.version = version
+
+
+class PeerConnection:
+    def __init__(
+        self,
+        address: PeerAddress,
+        client_id: str,
+        rng: random.Random,
+        max_in_flight_requests: int = 64,
+        backoff: BackoffPolicy = BackoffPolicy(),
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.address = address
+        self._client_id = client_id
+        self._rng = rng
+        self._backoff = backoff
+        self._connect_timeout_s = connect_timeout_s
+        self._slots = trio.Semaphore(max_in_flight_requests)
+        self._correlation = itertools.count(1)
+        self._pending: dict[int, _Waiter] = {}
+        self._stream: trio.abc.Stream | None = None
+        self._connected = trio.Event()
+        self._send_lock = trio.Lock()
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self.connects = 0  # successful connects, for tests and metrics
+
+    @property
+    def connected(self) -> bool:
+        return self._stream is not None
+
+    # -- the connection task ---------------------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Keeps the connection up until cancelled."""
+        task_status.started()
+        attempt = 0
+        while True:
+            try:
+                with trio.fail_after(self._connect_timeout_s):
+                    stream = await trio.open_tcp_stream(self.address.host, self.address.port)
+            except (OSError, trio.TooSlowError) as exc:
+                delay_ms = self._backoff.delay_ms(attempt, self._rng)
+                attempt += 1
+                log.debug("net.peer_connect_failed", peer=self.address.node_id, error=str(exc),
+                          retry_in_ms=round(delay_ms))
+                await trio.sleep(delay_ms / 1000)
+                continue
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._stream = stream
+                    nursery.start_soon(self._read_loop, stream)
+                    with trio.fail_after(self._connect_timeout_s):
+                        await self._negotiate()
+                    attempt = 0
+                    self.connects += 1
+                    self._connected.set()
+                    log.debug("net.peer_connected", peer=self.address.node_id)
+                    # The read loop ends when the peer goes away; that ends the nursery.
+            except* (PeerUnavailable, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
+                     OSError) as group:
+                log.debug("net.peer_disconnected", peer=self.address.node_id,
+                          error="; ".join(str(e) for e in group.exceptions))
+            finally:
+                self._stream = None
+                self._connected = trio.Event()
+                self._fail_pending(PeerUnavailable(f"connection to node {self.address.node_id} lost"))
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+            delay_ms = self._backoff.delay_ms(attempt, self._rng)
+            attempt += 1
+            await trio.sleep(delay_ms / 1000)
+
+    async def _negotiate(self) -> None:
+        request = API_MESSAGES[18][0]
+        response = await self._exchange(18, request.version_range[1], {
+            "client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION})
+        if response.error_code != ErrorCode.NONE:
+            raise PeerUnavailable(f"ApiVersions to node {self.address.node_id} failed: {response.error_code}")
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    async def _read_loop(self, stream: trio.abc.Stream) -> None:
+        decoder = FrameDecoder(RESPONSE_MAX_BYTES)
+        try:
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise PeerUnavailable(f"node {self.address.node_id} closed the connection")
+                decoder.receive_data(data)
+                while (payload := decoder.next_frame()) is not None:
+                    if len(payload) < 4:
+                        raise PeerUnavailable("response shorter than its header")
+                    correlation_id = int.from_bytes(payload[:4], "big", signed=True)
+                    waiter = self._pending.pop(correlation_id, None)
+                    if waiter is None:
+                        raise PeerUnavailable(f"unexpected correlation id {correlation_id}")
+                    waiter.payload = payload
+                    waiter.event.set()
+        except FrameError as exc:
+            raise PeerUnavailable(str(exc)) from None
+
+    def _fail_pending(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for waiter in pending.values():
+            waiter.error = error
+            waiter.event.set()
+
+    # -- requests ----------------------------------------------------------------
+    def choose_version(self, api_key: int) -> int:
+        ours = API_MESSAGES[api_key][0].version_range
+        theirs = self.api_versions.get(api_key)
+        if theirs is None:
+            raise PeerUnavailable(f"node {self.address.node_id} does not serve {api_name(api_key)}")
+        version = min(ours[1], theirs[1])
+        if version < max(ours[0], theirs[0]):
+            raise PeerUnavailable(f"no common version of {api_name(api_key)} with node {self.address.node_id}")
+        return version
+
+    async def request(self, api_key: int, body: dict, timeout_s: float, version: int | None = None):
+        """Sends one request and returns the decoded response body."""
+        with trio.fail_after(timeout_s):
+            await self._connected.wait()
+            async with self._slots:
+                if version is None:
+                    version = self.choose_version(api_key)
+                return await self._exchange(api_key, version, body)
+
+    async def _exchange(self, api_key: int, version: int, body: dict):
+        stream = self._stream
+        if stream is None:
+            raise PeerUnavailable(f"not connected to node {self.address.node_id}")
+        request_message, response_message = API_MESSAGES[api_key]
+        correlation_id = next(self._correlation)
+        out = BytesIO()
+        REQUEST_HEADER.encode_into(request_header_version(request_message, version), {
+            "request_api_key": api_key, "request_api_version": version,
+            "correlation_id": correlation_id, "client_id": self._client_id}, out)
+        request_message.encode_into(version, body, out)
+        waiter = _Waiter(api_key, version)
+        self._pending[correlation_id] = waiter
+        try:
+            async with self._send_lock:
+                await stream.send_all(frame(out.getvalue()))
+            await waiter.event.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise PeerUnavailable(f"connection to node {self.address.node_id} lost: {exc}") from None
+        finally:
+            self._pending.pop(correlation_id, None)
+        if waiter.error is not None:
+            raise waiter.error
+        stream_in = BytesIO(waiter.payload)
+        try:
+            RESPONSE_HEADER.decode(response_header_version(request_message, version), stream_in)
+            return response_message.decode(version, stream_in)
+        except DecodeError as exc:
+            raise PeerUnavailable(f"undecodable {api_name(api_key)} response from node "
+                                  f"{self.address.node_id}: {exc}") from None
