@@ -29,15 +29,18 @@ from server.controller import commands
 from server.controller.commands import ControllerConfig
 from server.controller.features import local_supported_features
 from server.controller.loop import ControllerLoop, monotonic_ms, wall_clock_ms
-from server.controller.state import BrokerHeartbeatTracker, ControllerState
+from server.controller.snapshot import SnapshotRecoveryError, recover_state, take_snapshot
+from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.handlers import api_versions
 from server.net.listener import serve_listener
 from server.observability import Event, Metrics, get_logger
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
+from server.storage.snapshot import latest_snapshot
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 # One controller, no elections yet: the degenerate quorum's leader epoch.
 SINGLE_NODE_LEADER_EPOCH = 1
 
@@ -92,7 +95,7 @@ class ControllerNode:
         self.served_apis = controller_apis()
         self.cluster_id = ""
         self.port = config.listener.port
-        self.state: ControllerState | None = None
+        self.state = None  # ControllerState once open() has recovered it
         self.controller: ControllerLoop | None = None
         self.metadata_log: MetadataLog | None = None
         supported = local_supported_features(config.unstable_feature_versions_enable)
@@ -119,25 +122,22 @@ class ControllerNode:
             supported_features=local_supported_features(self.config.unstable_feature_versions_enable),
             session_timeout_ms=self.config.broker_session_timeout_ms,
         )
+        log_dir = directory / METADATA_LOG_DIR_NAME
         try:
-            self.metadata_log = MetadataLog.open(directory / "__cluster_metadata-0",
-                                                 LogConfig(segment_bytes=self.config.log_segment_bytes))
+            self.metadata_log = MetadataLog.open(log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes))
         except RuntimeError as exc:  # the log's exclusive lock is held
             raise StartupError(f"{exc}; is another controller running on {directory}? Stop it, or "
                                "give this one its own --log-dir") from None
-        self.state = ControllerState(meta.cluster_id)
-        replayed = 0
-        offset = 0
-        while offset < self.metadata_log.end_offset:
-            batches = self.metadata_log.read(offset)
-            if not batches:
-                break
-            for batch in batches:
-                if not batch.is_control:
-                    for item in batch.records:
-                        self.state.replay(decode_metadata_record(item.value), item.offset)
-                        replayed += 1
-                offset = batch.next_offset
+        try:
+            # The latest valid snapshot, then the log after it: the same replay path as live commits.
+            self.state = recover_state(log_dir, self.metadata_log, meta.cluster_id)
+        except SnapshotRecoveryError as exc:
+            self.metadata_log.close()
+            raise StartupError(str(exc)) from None
+        replayed = self.state.last_applied_offset + 1
+        latest = latest_snapshot(log_dir)
+        self._snapshot_end_offset = latest.end_offset if latest is not None else 0
+        self._snapshot_bytes_mark = 0
         self._bootstrap_records = None
         if self.metadata_log.end_offset == 0:
             # Checked here, not at the first append, so that a missing or
@@ -184,6 +184,20 @@ class ControllerNode:
                 log.info(Event.BROKER_UNFENCED, broker_id=item.data["id"], offset=offset)
             elif item.name == "UnregisterBrokerRecord":
                 log.info(Event.BROKER_UNREGISTERED, broker_id=item.data["broker_id"], offset=offset)
+        self._maybe_snapshot()
+
+    def _maybe_snapshot(self) -> None:
+        """Snapshots the state once enough record bytes were appended since the last one.
+
+        Runs in the controller loop task (it reads the state, which only that task
+        changes); with one controller every appended record is committed."""
+        appended = self.controller.appended_bytes - self._snapshot_bytes_mark
+        if appended < self.config.metadata_snapshot_max_record_bytes:
+            return
+        snapshot_id = take_snapshot(self.state, self.metadata_log)
+        self._snapshot_bytes_mark = self.controller.appended_bytes
+        if snapshot_id is not None:
+            self._snapshot_end_offset = snapshot_id.end_offset
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -48,6 +48,12 @@ class Event(StrEnum):
     STORAGE_WRITE_FAILED = "storage.write_failed"
     STORAGE_TRUNCATE_FAILED = "storage.truncate_failed"
     CONTROLLER_COMMAND_FAILED = "controller.command_failed"
+    SNAPSHOT_WRITTEN = "storage.snapshot_written"
+    SNAPSHOT_RECEIVED = "storage.snapshot_received"
+    SNAPSHOT_DELETED = "storage.snapshot_deleted"
+    SNAPSHOT_PARTIAL_REMOVED = "storage.snapshot_partial_removed"
+    SNAPSHOT_CORRUPT = "storage.snapshot_corrupt"
+    RECOVERED_FROM_SNAPSHOT = "controller.recovered_from_snapshot"
 
 
 def configure_logging(level: str = "info", stream=None) -> None:

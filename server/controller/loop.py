@@ -69,6 +69,8 @@ class ControllerLoop:
         self.leader_epoch = leader_epoch
         self._send, self._receive = trio.open_memory_channel(queue_max_commands)
         self._on_commit = on_commit
+        # Record bytes appended since start (drives the snapshot interval).
+        self.appended_bytes = 0
 
     async def submit(self, command: Command) -> ControllerResult:
         """Runs `command` on the loop; returns once its records are durable and applied."""
@@ -85,6 +87,7 @@ class ControllerLoop:
         base_offset, last_offset = await trio.to_thread.run_sync(
             self.metadata_log.append, values, self.leader_epoch, wall_clock_ms()
         )
+        self.appended_bytes += sum(len(value) for value in values)
         apply_result(self.state, self.tracker, result, base_offset)
         log.debug(Event.RECORDS_COMMITTED, base_offset=base_offset, last_offset=last_offset,
                   records=[item.name for item in result.records])

@@ -29,11 +29,21 @@ Rules kept here:
 - Bounded: a batch is at most `max_batch_bytes` and `max_records_per_batch`;
   a read returns at most `max_bytes` (at least one whole batch, so a reader
   always makes progress).
+- The log start offset is logical, as in Kafka: after a snapshot it is the
+  snapshot's end offset, which need not be a segment boundary, and an empty
+  log that starts at a follower's installed snapshot must still know that
+  snapshot's epoch. Segment names cannot carry either, so both live in a
+  small `log-start-offset` file (JSON, replaced atomically: temp file, fsync,
+  rename, fsync directory). The file is the commit point: it is written
+  *before* any segment is deleted, and recovery finishes a deletion or reset
+  that a crash interrupted. Without the file the log starts at its first
+  segment's base offset (0 for a log that never lost a prefix).
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import threading
@@ -62,6 +72,8 @@ _log = get_logger("storage.log")
 SEGMENT_SUFFIX = ".log"
 _SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 LOCK_FILE_NAME = ".lock"
+LOG_START_FILE_NAME = "log-start-offset"
+_LOG_START_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,17 @@ class _Segment:
     batch_positions: array = field(default_factory=lambda: array("q"))
 
 
+class _LogStart(NamedTuple):
+    """What the `log-start-offset` file records."""
+
+    start_offset: int
+    # Epoch of the record at start_offset - 1 (the snapshot's epoch), so an
+    # empty log still reports the right last epoch.
+    epoch: int
+    # True only while `reset_to` runs: recovery then finishes the reset.
+    reset_pending: bool = False
+
+
 class _PendingBatch(NamedTuple):
     base_offset: int
     next_offset: int
@@ -180,6 +203,10 @@ class MetadataLog:
         self._active_fd: int | None = None
         self._epochs: list[EpochEntry] = []
         self._failure: BaseException | None = None
+        self._start_offset = 0
+        # Epoch of the record just before the log start, when the
+        # log-start-offset file says so (None: unknown, treated as 0).
+        self._epoch_before_start: int | None = None
 
     # ------------------------------------------------------------------
     # Opening and recovery
@@ -211,13 +238,14 @@ class MetadataLog:
         return log
 
     def _recover(self) -> None:
+        recorded = self._read_log_start()
+        if recorded is not None and recorded.reset_pending:
+            self._finish_reset(recorded)
+            recorded = recorded._replace(reset_pending=False)
         names = sorted(name for name in os.listdir(self._directory) if _SEGMENT_NAME.match(name))
         if not names:
-            segment = _Segment(base_offset=0, path=os.path.join(self._directory, segment_file_name(0)))
-            fd = os.open(segment.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            os.close(fd)
-            _fsync_directory(self._directory)
-            self._segments = [segment]
+            base_offset = recorded.start_offset if recorded is not None else 0
+            self._segments = [self._create_segment(base_offset)]
         else:
             expected_offset: int | None = None
             for index, name in enumerate(names):
@@ -230,6 +258,7 @@ class MetadataLog:
                 segment = self._recover_segment(base_offset, name, is_last=index == len(names) - 1)
                 self._segments.append(segment)
                 expected_offset = segment.next_offset
+        self._apply_log_start(recorded)
         active = self._segments[-1]
         self._active_fd = os.open(active.path, os.O_RDWR)
         _log.info(
@@ -310,6 +339,130 @@ class MetadataLog:
         if not self._epochs or leader_epoch > self._epochs[-1].epoch:
             self._epochs.append(EpochEntry(leader_epoch, base_offset))
 
+    def _create_segment(self, base_offset: int) -> _Segment:
+        segment = _Segment(
+            base_offset=base_offset,
+            path=os.path.join(self._directory, segment_file_name(base_offset)),
+            next_offset=base_offset,
+        )
+        fd = os.open(segment.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        _fsync_directory(self._directory)
+        return segment
+
+    # ---- the log-start-offset file -------------------------------------
+
+    def _log_start_path(self) -> str:
+        return os.path.join(self._directory, LOG_START_FILE_NAME)
+
+    def _read_log_start(self) -> _LogStart | None:
+        path = self._log_start_path()
+        temporary = path + ".tmp"
+        if os.path.exists(temporary):
+            # A replacement that never got renamed: the old file (or none) stands.
+            os.unlink(temporary)
+        try:
+            with open(path, "rb") as file:
+                raw = file.read(4096)
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(raw)
+            if data["version"] != _LOG_START_VERSION:
+                raise ValueError(f"unknown version {data['version']}")
+            recorded = _LogStart(int(data["start_offset"]), int(data["epoch"]), bool(data.get("reset_pending", False)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptLogError(f"{path} is unreadable ({exc!r}); the log start offset is unknown") from None
+        if recorded.start_offset < 0 or recorded.epoch < 0:
+            raise CorruptLogError(f"{path}: negative start offset or epoch in {recorded}")
+        return recorded
+
+    def _write_log_start(self, recorded: _LogStart) -> None:
+        path = self._log_start_path()
+        temporary = path + ".tmp"
+        data = json.dumps(
+            {
+                "version": _LOG_START_VERSION,
+                "start_offset": recorded.start_offset,
+                "epoch": recorded.epoch,
+                "reset_pending": recorded.reset_pending,
+            }
+        ).encode()
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _pwrite_all(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+        _fsync_directory(self._directory)
+
+    def _finish_reset(self, recorded: _LogStart) -> None:
+        """Completes a `reset_to` a crash interrupted: no segment but an empty one
+        at the recorded start may survive."""
+        names = sorted(name for name in os.listdir(self._directory) if _SEGMENT_NAME.match(name))
+        for name in names:
+            os.unlink(os.path.join(self._directory, name))
+        _fsync_directory(self._directory)
+        self._create_segment(recorded.start_offset)
+        self._write_log_start(recorded._replace(reset_pending=False))
+        _log.warning(
+            Event.STORAGE_TRUNCATED,
+            directory=self._directory,
+            reason="interrupted reset finished at start-up",
+            start_offset=recorded.start_offset,
+            segments_removed=len(names),
+        )
+
+    def _apply_log_start(self, recorded: _LogStart | None) -> None:
+        first_base = self._segments[0].base_offset
+        if recorded is None:
+            self._start_offset = first_base
+            return
+        if recorded.start_offset < first_base:
+            raise CorruptLogError(
+                f"{self._log_start_path()} says the log starts at {recorded.start_offset}, but the first "
+                f"segment starts at {first_base}: segments are missing"
+            )
+        if recorded.start_offset > self.end_offset:
+            raise CorruptLogError(
+                f"{self._log_start_path()} says the log starts at {recorded.start_offset}, beyond its end "
+                f"{self.end_offset}: acknowledged data is missing"
+            )
+        self._start_offset = recorded.start_offset
+        self._epoch_before_start = recorded.epoch
+        # Finishes a `delete_before` that a crash cut short.
+        self._unlink_segments_below(recorded.start_offset)
+        self._clip_epochs()
+
+    def _unlink_segments_below(self, offset: int) -> int:
+        """Deletes every segment (never the last) wholly below `offset`, oldest
+        first so that a crash leaves a gap-free suffix. Returns how many."""
+        count = 0
+        # Bounded by the number of segments.
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            os.unlink(self._segments[0].path)
+            del self._segments[0]
+            count += 1
+        if count:
+            _fsync_directory(self._directory)
+        return count
+
+    def _clip_epochs(self) -> None:
+        """Drops epoch entries below the log start; the epoch in force at the start
+        becomes an entry at the start (what recovery of the remaining batches gives)."""
+        start = self._start_offset
+        in_force: EpochEntry | None = None
+        kept: list[EpochEntry] = []
+        for entry in self._epochs:
+            if entry.start_offset <= start:
+                in_force = entry
+            else:
+                kept.append(entry)
+        if in_force is not None and start < self.end_offset:
+            kept.insert(0, EpochEntry(in_force.epoch, start))
+        self._epochs = kept
+
     # ------------------------------------------------------------------
     # State
     # ------------------------------------------------------------------
@@ -324,8 +477,13 @@ class MetadataLog:
 
     @property
     def start_offset(self) -> int:
-        """The first offset the log holds (0 until snapshots delete prefixes)."""
-        return self._segments[0].base_offset
+        """The first offset the log holds (0 until a snapshot moves it; see `delete_before`)."""
+        return self._start_offset
+
+    @property
+    def epoch_before_start(self) -> int | None:
+        """Epoch of the record at start_offset - 1 (the snapshot's), if recorded."""
+        return self._epoch_before_start
 
     @property
     def end_offset(self) -> int:
@@ -334,8 +492,12 @@ class MetadataLog:
 
     @property
     def last_epoch(self) -> int:
-        """Leader epoch of the last batch; 0 for an empty log (as Kafka's Raft treats it)."""
-        return self._epochs[-1].epoch if self._epochs else 0
+        """Leader epoch of the last batch. An empty log reports the epoch recorded
+        for its start (a snapshot's epoch after `reset_to`), else 0 (as Kafka's
+        Raft treats a fresh log)."""
+        if self._epochs:
+            return self._epochs[-1].epoch
+        return self._epoch_before_start or 0
 
     @property
     def size_bytes(self) -> int:
@@ -359,9 +521,13 @@ class MetadataLog:
         - between known epochs: (largest known epoch below it, start of the next).
         - below every known epoch: (epoch, start offset of the first known epoch).
         - above the last epoch, or an empty log: None (this log cannot say).
+        An empty log whose start epoch is recorded (after `reset_to`) answers
+        as if that epoch began at the start offset.
         """
         with self._mutex:
             epochs = self._epochs
+            if not epochs and self._epoch_before_start is not None:
+                epochs = [EpochEntry(self._epoch_before_start, self._start_offset)]
             if not epochs or epoch > epochs[-1].epoch:
                 return None
             if epoch == epochs[-1].epoch:
@@ -643,6 +809,94 @@ class MetadataLog:
         del positions[cut_index:]
         while self._epochs and self._epochs[-1].start_offset >= self.end_offset:
             self._epochs.pop()
+
+    # ------------------------------------------------------------------
+    # Prefix deletion and reset (snapshots)
+    # ------------------------------------------------------------------
+
+    def delete_before(self, offset: int) -> int:
+        """Moves the log start up to `offset` (a snapshot's end offset) and deletes
+        every segment wholly below it; returns the new start offset.
+
+        Nothing at or above `offset` is ever deleted. An `offset` inside a batch
+        is rounded down to that batch's base offset, because batches are atomic
+        and a follower must be able to fetch from the start. An offset at or
+        below the current start changes nothing. The new start (and the epoch
+        of the record before it) is made durable first, so a crash midway
+        leaves either the old log or the new start, never a gap.
+        """
+        with self._mutex:
+            self._check_usable()
+            if offset > self.end_offset:
+                raise OffsetOutOfRangeError(f"cannot delete before {offset}, beyond the log end {self.end_offset}")
+            if offset <= self._start_offset:
+                return self._start_offset
+            if offset < self.end_offset:
+                offset = self._batch_base_at(offset)
+                if offset <= self._start_offset:
+                    return self._start_offset
+            epoch = self._epoch_at(offset - 1)
+            old_start = self._start_offset
+            try:
+                self._write_log_start(_LogStart(offset, epoch))
+                removed = self._unlink_segments_below(offset)
+            except OSError as exc:
+                self._failure = exc
+                _log.error(Event.STORAGE_TRUNCATE_FAILED, directory=self._directory, error=repr(exc))
+                raise
+            self._start_offset = offset
+            self._epoch_before_start = epoch
+            self._clip_epochs()
+            _log.info(Event.STORAGE_TRUNCATED, directory=self._directory, reason="prefix deleted",
+                      old_start_offset=old_start, start_offset=offset, segments_removed=removed)
+            return offset
+
+    def reset_to(self, offset: int, epoch: int) -> None:
+        """Discards the whole log; it then starts, empty, at `offset` with last
+        epoch `epoch`. A follower does this when it installs a leader's snapshot
+        whose end lies beyond (or diverges from) its own log.
+
+        The intent is recorded first (`reset_pending`), so a crash at any point
+        is finished by recovery instead of leaving a half-deleted log.
+        """
+        if offset < 0 or epoch < 0:
+            raise ValueError(f"reset_to({offset}, {epoch}): offset and epoch must not be negative")
+        with self._mutex:
+            self._check_usable()
+            try:
+                self._write_log_start(_LogStart(offset, epoch, reset_pending=True))
+                assert self._active_fd is not None
+                os.close(self._active_fd)
+                self._active_fd = None
+                for segment in self._segments:
+                    os.unlink(segment.path)
+                _fsync_directory(self._directory)
+                self._segments = [self._create_segment(offset)]
+                self._active_fd = os.open(self._segments[0].path, os.O_RDWR)
+                self._write_log_start(_LogStart(offset, epoch))
+            except OSError as exc:
+                self._failure = exc
+                _log.error(Event.STORAGE_TRUNCATE_FAILED, directory=self._directory, error=repr(exc))
+                raise
+            self._start_offset = offset
+            self._epoch_before_start = epoch
+            self._epochs = []
+            _log.info(Event.STORAGE_TRUNCATED, directory=self._directory, reason="reset to snapshot",
+                      start_offset=offset, epoch=epoch)
+
+    def _batch_base_at(self, offset: int) -> int:
+        """Base offset of the batch holding `offset` (start <= offset < end)."""
+        segment_index = bisect_right([segment.base_offset for segment in self._segments], offset) - 1
+        segment = self._segments[segment_index]
+        batch_index = bisect_right(segment.batch_offsets, offset) - 1
+        return segment.batch_offsets[batch_index]
+
+    def _epoch_at(self, offset: int) -> int:
+        """Leader epoch of the batch holding `offset` (start <= offset < end)."""
+        index = bisect_right([entry.start_offset for entry in self._epochs], offset) - 1
+        if index < 0:
+            return self._epoch_before_start or 0
+        return self._epochs[index].epoch
 
     # ------------------------------------------------------------------
     # Closing

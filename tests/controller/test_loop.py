@@ -143,3 +143,45 @@ async def test_brokers_without_heartbeats_are_fenced_after_the_session_timeout(t
         assert not node.state.broker(2).fenced
         nursery.cancel_scope.cancel()
     node.metadata_log.close()
+
+
+async def test_snapshots_are_taken_by_size_and_a_restart_recovers_from_them(tmp_path):
+    from dataclasses import replace
+
+    from server.storage.snapshot import list_snapshots
+
+    node = formatted_node(tmp_path)
+    # A tiny interval: a snapshot after every ~2 FeatureLevelRecords.
+    node.config = replace(node.config, metadata_snapshot_max_record_bytes=40)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.controller.run)
+        await node.bootstrap_if_empty()
+        incarnation = uuid.uuid4()
+        request = registration_request(5, incarnation)
+        await node.submit(lambda state, tracker, next_offset, now_ms: cmd.register_broker(
+            state, tracker, request, 4, now_ms, next_offset, node_config))
+        current = node.state.metadata_version
+        for level in (20, 21, 20, 21, 20, 21):
+            kind = cmd.UPGRADE if level > current else cmd.SAFE_DOWNGRADE
+            current = level
+            r = features_request([("metadata.version", level, kind)])
+            result = await node.submit(lambda s, t, n, now, r=r: cmd.update_features(s, r, 2, node_config))
+            assert result.response["error_code"] == 0
+        nursery.cancel_scope.cancel()
+    log_dir = Path(node.config.metadata_log_dir) / "__cluster_metadata-0"
+    snapshots = list_snapshots(log_dir)
+    assert snapshots, "no snapshot was written"
+    # The log no longer starts at 0: the prefix below the snapshot was deleted.
+    assert node.metadata_log.start_offset > 0
+    assert node.metadata_log.start_offset <= snapshots[-1].end_offset
+    expected = node.state.snapshot()
+    node.metadata_log.close()
+
+    restarted = ControllerNode(node.config)
+    restarted.open()
+    try:
+        assert restarted.state.snapshot() == expected
+        assert restarted.state.metadata_version == 21
+        assert restarted.state.broker(5).incarnation_id == incarnation
+    finally:
+        restarted.metadata_log.close()

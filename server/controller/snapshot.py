@@ -1,0 +1,372 @@
+"""Controller snapshots: the image as records, loading it back, and start-up recovery.
+
+Owns: turning a `ControllerState` into snapshot records (`snapshot_plan`,
+`snapshot_records`), rebuilding a state from them (`load_snapshot`), writing
+a controller snapshot file, taking one and dropping the log prefix it covers
+(`take_snapshot`), and start-up recovery (`recover_state`: the newest valid
+snapshot, then the log after it).
+
+Rules kept here:
+- Loading goes through the SAME `ControllerState.replay` (and
+  `replay_kraft_version`) as the log, so a snapshot can only say what the log
+  could have said, and `load_snapshot(snapshot of S) == S` exactly.
+- Replay offsets are part of the image: a broker's `registration_offset` is
+  the offset its RegisterBrokerRecord was replayed at (it differs from its
+  epoch after a same-incarnation re-registration), and the finalized features
+  epoch is the last applied offset. Neither fits a field of any record, so
+  every record in a controller snapshot carries its replay offset in a record
+  header `kraftwerk.replay_offset` (int64, big-endian). Kafka readers ignore
+  record headers, so the file stays a valid Kafka snapshot, and the metadata
+  record values are exactly what Kafka would write. Offsets are chosen so they
+  increase in file order: each RegisterBrokerRecord at its registration offset;
+  the FeatureLevelRecords (metadata.version first) and a KRaftVersion control
+  record (when kraft.version > 0) in the highest free offsets up to the last
+  applied offset, so the last record replayed lands on it; a NoOpRecord there
+  when nothing else does.
+- RegisterBrokerRecord is written at the version the finalized metadata.version
+  implies, raised to the lowest version that can carry what the registration
+  holds (controlled shutdown v1, ZK migration v2, log dirs v3), so nothing is lost.
+- No snapshot inside an open metadata transaction: the image would hold
+  records an abort could still take back.
+- Recovery never silently skips data: a corrupt snapshot is logged and an older
+  one tried; if the log no longer reaches back to a usable snapshot, start-up
+  fails with `SnapshotRecoveryError` (fetch a snapshot from the leader, or restore).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from protocol import metadata_records as mr
+from protocol.errors import DecodeError, EncodeError
+from protocol.raft_records import KRAFT_VERSION_RECORD
+from protocol.record_batch import ControlRecordType, control_record_type
+from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record, record
+from server.controller import features as ft
+from server.controller.features import METADATA_VERSION
+from server.controller.state import BrokerRegistration, ControllerState, ReplayError
+from server.observability import Event, get_logger
+from server.storage.log import MetadataLog
+from server.storage.snapshot import (
+    CorruptSnapshotError,
+    SnapshotConfig,
+    SnapshotExistsError,
+    SnapshotId,
+    SnapshotRecord,
+    SnapshotWriter,
+    delete_snapshots_before,
+    latest_snapshot,
+    list_snapshots,
+    read_snapshot,
+    remove_partial_snapshots,
+    snapshot_path,
+)
+
+_log = get_logger("controller.snapshot")
+
+REPLAY_OFFSET_HEADER = "kraftwerk.replay_offset"
+_OFFSET = struct.Struct(">q")
+KRAFT_VERSION_RECORD_VERSION = 0
+
+
+class SnapshotLoadError(CorruptSnapshotError):
+    """A snapshot verified as a file but its records do not rebuild a state."""
+
+
+class SnapshotRecoveryError(Exception):
+    """No valid snapshot covers the log's missing prefix; the node cannot start."""
+
+
+class SnapshotItem(NamedTuple):
+    """One entry of a controller snapshot: a metadata record, or (record None) the
+    kraft.version control record, and the offset it is replayed at."""
+
+    offset: int
+    record: MetadataRecord | None
+    kraft_version: int | None = None
+
+
+# --------------------------------------------------------------------------
+# State -> records
+# --------------------------------------------------------------------------
+
+
+def _register_broker_record(registration: BrokerRegistration, mv_level: int | None) -> MetadataRecord:
+    version = ft.register_broker_record_version(mv_level) if mv_level is not None else 0
+    if registration.in_controlled_shutdown:
+        version = max(version, 1)
+    if registration.is_migrating_zk_broker:
+        version = max(version, 2)
+    if registration.log_dirs:
+        version = max(version, 3)
+    data = {
+        "broker_id": registration.broker_id,
+        "is_migrating_zk_broker": registration.is_migrating_zk_broker,
+        "incarnation_id": registration.incarnation_id,
+        "broker_epoch": registration.epoch,
+        "end_points": [
+            {"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+            for e in registration.endpoints
+        ],
+        "features": [
+            {"name": name, "min_supported_version": r.min_level, "max_supported_version": r.max_level}
+            for name, r in sorted(registration.supported_features.items())
+        ],
+        "rack": registration.rack,
+        "fenced": registration.fenced,
+        "in_controlled_shutdown": registration.in_controlled_shutdown,
+        "log_dirs": list(registration.log_dirs),
+    }
+    return record(mr.REGISTER_BROKER_RECORD, data, version=version)
+
+
+def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
+    """The records of `state`'s snapshot with their replay offsets, in file order."""
+    if state.in_transaction:
+        raise ValueError(
+            f"cannot snapshot inside the metadata transaction begun at offset {state.transaction_start_offset}"
+        )
+    last_offset = state.last_applied_offset
+    if last_offset < 0:
+        return []
+    pinned: dict[int, SnapshotItem] = {}
+    for registration in state.brokers.values():
+        if not 0 <= registration.registration_offset <= last_offset:
+            raise ValueError(f"broker {registration.broker_id} registered at {registration.registration_offset}, "
+                             f"outside [0, {last_offset}]")
+        pinned[registration.registration_offset] = SnapshotItem(
+            registration.registration_offset, _register_broker_record(registration, state.metadata_version)
+        )
+    levels = dict(state.finalized_levels)
+    floating: list[tuple[MetadataRecord | None, int | None]] = []
+    if METADATA_VERSION in levels:
+        floating.append((_feature_level_record(METADATA_VERSION, levels.pop(METADATA_VERSION)), None))
+    floating.extend((_feature_level_record(name, level), None) for name, level in sorted(levels.items()))
+    if state.kraft_version > 0:
+        floating.append((None, state.kraft_version))
+    if not floating and last_offset not in pinned:
+        # Only a record at the last applied offset can make replay end there.
+        floating.append((record(mr.NO_OP_RECORD, {}, version=0), None))
+    # The highest free offsets <= last_offset, found walking down; bounded by
+    # len(floating) + len(pinned) steps.
+    slots: list[int] = []
+    offset = last_offset
+    while len(slots) < len(floating):
+        if offset < 0:
+            raise ValueError(
+                f"{len(floating)} feature records and {len(pinned)} registrations do not fit offsets "
+                f"0..{last_offset}; the state did not come from a log"
+            )
+        if offset not in pinned:
+            slots.append(offset)
+        offset -= 1
+    slots.reverse()
+    items = list(pinned.values())
+    items.extend(SnapshotItem(slot, item, level) for slot, (item, level) in zip(slots, floating))
+    items.sort(key=lambda item: item.offset)
+    return items
+
+
+def _feature_level_record(name: str, level: int) -> MetadataRecord:
+    return record(mr.FEATURE_LEVEL_RECORD, {"name": name, "feature_level": level}, version=0)
+
+
+def snapshot_records(state: ControllerState) -> list[MetadataRecord]:
+    """The metadata records of `state`'s snapshot, in file order (kraft.version,
+    a control record, is left out; see `snapshot_plan` for the offsets)."""
+    return [item.record for item in snapshot_plan(state) if item.record is not None]
+
+
+def encode_snapshot_records(state: ControllerState) -> list[SnapshotRecord]:
+    """`snapshot_plan` as records of the snapshot file, each with its replay offset header."""
+    entries = []
+    for item in snapshot_plan(state):
+        headers = ((REPLAY_OFFSET_HEADER, _OFFSET.pack(item.offset)),)
+        if item.record is not None:
+            entries.append(SnapshotRecord(encode_metadata_record(item.record), None, headers))
+        else:
+            value = KRAFT_VERSION_RECORD.encode(
+                KRAFT_VERSION_RECORD_VERSION,
+                {"version": KRAFT_VERSION_RECORD_VERSION, "kraft_version": item.kraft_version},
+            )
+            entries.append(SnapshotRecord(value, ControlRecordType.KRAFT_VERSION, headers))
+    return entries
+
+
+# --------------------------------------------------------------------------
+# Records -> state
+# --------------------------------------------------------------------------
+
+
+def _replay_offset(entry: SnapshotRecord, index: int) -> int:
+    for key, value in entry.headers:
+        if key == REPLAY_OFFSET_HEADER:
+            if value is None or len(value) != _OFFSET.size:
+                raise SnapshotLoadError(f"snapshot record {index}: malformed {REPLAY_OFFSET_HEADER} header")
+            return _OFFSET.unpack(value)[0]
+    raise SnapshotLoadError(f"snapshot record {index}: no {REPLAY_OFFSET_HEADER} header")
+
+
+def load_snapshot(records: Iterable[SnapshotRecord], snapshot_end_offset: int, cluster_id: str) -> ControllerState:
+    """A fresh state with the snapshot's records replayed at their offsets.
+
+    Voters control records belong to the raft layer and are skipped here.
+    Raises SnapshotLoadError when a record does not decode or replay, or claims
+    an offset at or past the snapshot's end.
+    """
+    state = ControllerState(cluster_id)
+    for index, entry in enumerate(records):
+        if entry.control_type is not None and entry.control_type != ControlRecordType.KRAFT_VERSION:
+            continue
+        offset = _replay_offset(entry, index)
+        if offset >= snapshot_end_offset:
+            raise SnapshotLoadError(
+                f"snapshot record {index} replays at offset {offset}, not below the snapshot end {snapshot_end_offset}"
+            )
+        try:
+            if entry.control_type is None:
+                state.replay(decode_metadata_record(entry.value), offset)
+            else:
+                level = KRAFT_VERSION_RECORD.decode(KRAFT_VERSION_RECORD_VERSION, entry.value).kraft_version
+                state.replay_kraft_version(level, offset)
+        except (DecodeError, ReplayError) as exc:
+            raise SnapshotLoadError(f"snapshot record {index} (offset {offset}): {exc}") from None
+    return state
+
+
+# --------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------
+
+
+def write_controller_snapshot(
+    state: ControllerState,
+    log_dir: str | os.PathLike[str],
+    end_offset: int,
+    epoch: int,
+    last_contained_log_timestamp_ms: int = 0,
+    config: SnapshotConfig | None = None,
+) -> SnapshotId:
+    """Writes `state` as snapshot (end_offset, epoch) atomically; a snapshot that
+    already exists with that id is left as it is (snapshots are immutable)."""
+    if end_offset <= state.last_applied_offset:
+        raise ValueError(f"snapshot end {end_offset} does not cover the last applied offset {state.last_applied_offset}")
+    snapshot_id = SnapshotId(end_offset, epoch)
+    try:
+        writer = SnapshotWriter(log_dir, snapshot_id, last_contained_log_timestamp_ms, config)
+    except SnapshotExistsError:
+        return snapshot_id
+    with writer:
+        try:
+            writer.append_records(encode_snapshot_records(state))
+        except EncodeError as exc:
+            raise ValueError(f"state does not encode as a snapshot: {exc}") from None
+        return writer.freeze()
+
+
+def take_snapshot(
+    state: ControllerState, metadata_log: MetadataLog, config: SnapshotConfig | None = None
+) -> SnapshotId | None:
+    """Snapshots `state` as of its last applied offset, then moves the log start
+    there and deletes older snapshots. Returns None when there is nothing newer
+    than the latest snapshot. The caller must only snapshot committed state."""
+    end_offset = state.last_applied_offset + 1
+    directory = metadata_log.directory
+    newest = latest_snapshot(directory)
+    if end_offset <= 0 or (newest is not None and newest.end_offset >= end_offset):
+        return None
+    # The snapshot id's epoch and header timestamp are those of the batch that
+    # holds the last contained record, as Kafka's snapshot writer takes them.
+    batches = metadata_log.read(end_offset - 1, max_bytes=1)
+    if not batches or not batches[0].base_offset <= end_offset - 1 <= batches[0].last_offset:
+        raise ValueError(f"the log does not hold offset {end_offset - 1}")
+    last_batch = batches[0]
+    snapshot_id = write_controller_snapshot(
+        state, directory, end_offset, last_batch.leader_epoch, last_batch.max_timestamp_ms, config
+    )
+    metadata_log.delete_before(end_offset)
+    delete_snapshots_before(directory, snapshot_id)
+    return snapshot_id
+
+
+def recover_state(
+    log_dir: str | os.PathLike[str],
+    metadata_log: MetadataLog,
+    cluster_id: str,
+    config: SnapshotConfig | None = None,
+) -> ControllerState:
+    """Start-up: the newest snapshot that verifies and loads, then the log after it.
+
+    Partial snapshot files are deleted first. A snapshot past the log's end (or
+    of a newer epoch than the log's last) means a snapshot was installed and the
+    crash came before the log was reset: the reset is done now. Without a usable
+    snapshot the log must start at 0.
+    """
+    log_dir = os.fspath(log_dir)
+    remove_partial_snapshots(log_dir)
+    state: ControllerState | None = None
+    chosen: SnapshotId | None = None
+    for snapshot_id in reversed(list_snapshots(log_dir)):
+        if snapshot_id.end_offset < metadata_log.start_offset:
+            # This and every older snapshot end before the log begins.
+            break
+        try:
+            contents = read_snapshot(snapshot_path(log_dir, snapshot_id), config)
+            state = load_snapshot(contents.records, snapshot_id.end_offset, cluster_id)
+        except CorruptSnapshotError as exc:
+            _log.error(Event.SNAPSHOT_CORRUPT, end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch,
+                       error=str(exc))
+            continue
+        chosen = snapshot_id
+        break
+    if chosen is None or state is None:
+        if metadata_log.start_offset > 0:
+            raise SnapshotRecoveryError(
+                f"{log_dir}: the log starts at offset {metadata_log.start_offset} but no valid snapshot reaches it; "
+                "fetch a snapshot from the quorum leader or restore the directory"
+            )
+        state = ControllerState(cluster_id)
+        from_offset = 0
+    else:
+        if chosen.end_offset > metadata_log.end_offset or chosen.epoch > metadata_log.last_epoch:
+            metadata_log.reset_to(chosen.end_offset, chosen.epoch)
+        from_offset = chosen.end_offset
+    replayed = replay_log(state, metadata_log, from_offset)
+    _log.info(
+        Event.RECOVERED_FROM_SNAPSHOT,
+        snapshot_end_offset=chosen.end_offset if chosen else None,
+        snapshot_epoch=chosen.epoch if chosen else None,
+        log_records_replayed=replayed,
+        last_applied_offset=state.last_applied_offset,
+    )
+    return state
+
+
+def replay_log(state: ControllerState, metadata_log: MetadataLog, from_offset: int) -> int:
+    """Replays the log's records at offsets >= `from_offset` into `state`; returns
+    how many. Metadata records go to `replay`, KRaftVersion control records to
+    `replay_kraft_version`; other control records are the raft layer's."""
+    replayed = 0
+    offset = from_offset
+    # Bounded: every round moves `offset` past at least one batch.
+    while offset < metadata_log.end_offset:
+        batches = metadata_log.read(offset)
+        if not batches:
+            break
+        for batch in batches:
+            for item in batch.records:
+                if item.offset < from_offset:
+                    continue
+                if batch.is_control:
+                    if control_record_type(item) == ControlRecordType.KRAFT_VERSION:
+                        level = KRAFT_VERSION_RECORD.decode(KRAFT_VERSION_RECORD_VERSION, item.value).kraft_version
+                        state.replay_kraft_version(level, item.offset)
+                        replayed += 1
+                    continue
+                state.replay(decode_metadata_record(item.value), item.offset)
+                replayed += 1
+            offset = batch.next_offset
+    return replayed

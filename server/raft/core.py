@@ -1,0 +1,1093 @@
+"""The KRaft consensus core: a deterministic step machine with no I/O.
+
+Owns: the election and replication state of one node of the `__cluster_metadata`
+quorum (roles Unattached, Prospective (pre-vote, KIP-996), Candidate, Leader,
+Follower, Resigned; observers are non-voters that only fetch), the timers, the
+leader's view of every replica, the high watermark and a follower's snapshot
+download.
+
+Interface, in the style of etcd-raft's Ready/Advance:
+- inputs: `handle_request`, `handle_response`, `tick`, `propose`, `resign`,
+  `note_flushed`; time (`now_ms`) and a `random.Random` are passed in, the core
+  never reads a clock or does I/O.
+- output: `ready()` hands the driver a `Ready` (quorum state to persist, log
+  operations, whether to flush them, messages to send, the new high watermark,
+  the new role); the driver does it in that order and calls `advance`.
+  Between `ready()` and `advance()` no other method may be called.
+
+Rules kept here:
+- Persist before acting: a vote grant, a new epoch or leadership is only in a
+  Ready's `quorum_state`, and the driver persists it before sending anything
+  from the same Ready. A follower voter's appends are flushed before its next
+  Fetch (its fetch offset counts toward the high watermark).
+- The leader counts itself toward the high watermark only up to the offset the
+  driver reports as flushed; the high watermark moves when a majority of voters
+  has an offset, only past the leader's epoch start (its LeaderChange record),
+  and never backwards.
+- Committed data is never truncated and a leader never loads a snapshot: both
+  are assertions (a failure is a bug, and crashes).
+- Bounded: one Fetch in flight per follower, at most one parked Fetch per
+  replica, batches capped in records, snapshot downloads capped in bytes.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+from protocol.errors import ErrorCode
+from protocol.raft_records import LEADER_CHANGE_MESSAGE
+from protocol.record_batch import ControlRecordType
+from server.raft import messages as m
+from server.raft.log import Batch, EpochEndOffset, PassThroughRecordsCodec, RaftLog, RecordsCodec, SnapshotId
+from server.raft.messages import ApiKey, Body
+from server.raft.quorum_state import QuorumState
+
+
+class Role(Enum):
+    UNATTACHED = "unattached"
+    PROSPECTIVE = "prospective"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    RESIGNED = "resigned"
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    node_id: int
+    voters: frozenset[int]
+    cluster_id: str
+    # Kafka's controller.quorum.* defaults.
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    request_timeout_ms: int = 2000
+    # How long a leader parks a Fetch with nothing new (KRaft long poll).
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 8 * 1024 * 1024
+    snapshot_chunk_bytes: int = 1024 * 1024
+    max_snapshot_bytes: int = 1 << 30
+    retry_backoff_ms: int = 20
+    max_batch_records: int = 10_000
+    pre_vote: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.voters:
+            raise ValueError("controller.quorum.voters must name at least one voter")
+        for name in ("election_timeout_ms", "fetch_timeout_ms", "request_timeout_ms", "fetch_max_wait_ms",
+                     "fetch_max_bytes", "snapshot_chunk_bytes", "retry_backoff_ms", "max_batch_records"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"RaftConfig.{name} must be positive")
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+
+# -- log operations the driver applies, in order -------------------------------
+
+class TruncateTo(NamedTuple):
+    offset: int
+
+
+class Append(NamedTuple):
+    batch: Batch
+
+
+class InstallSnapshot(NamedTuple):
+    snapshot_id: SnapshotId
+    data: bytes
+
+
+LogOp = TruncateTo | Append | InstallSnapshot
+
+
+class OutboundRequest(NamedTuple):
+    destination: int
+    api_key: ApiKey
+    body: Body
+
+
+class OutboundResponse(NamedTuple):
+    """The late answer to a request `handle_request` deferred; `token` is what the driver passed in."""
+
+    destination: int
+    api_key: ApiKey
+    token: Any
+    body: Body
+
+
+class RoleChange(NamedTuple):
+    role: Role
+    epoch: int
+    leader_id: int | None
+
+
+class NotLeader(NamedTuple):
+    """`propose` on a node that cannot accept writes: where the leader is, if known."""
+
+    leader_id: int | None
+    epoch: int
+
+
+class _Deferred:
+    def __repr__(self) -> str:
+        return "DEFERRED"
+
+
+DEFERRED = _Deferred()
+
+
+@dataclass(slots=True)
+class Ready:
+    quorum_state: QuorumState | None = None
+    log_ops: list[LogOp] = field(default_factory=list)
+    # Appends must be durable before `requests`/`responses` go out.
+    flush_before_send: bool = False
+    requests: list[OutboundRequest] = field(default_factory=list)
+    responses: list[OutboundResponse] = field(default_factory=list)
+    high_watermark: int | None = None
+    role_change: RoleChange | None = None
+
+    @property
+    def appends(self) -> list[Batch]:
+        return [op.batch for op in self.log_ops if isinstance(op, Append)]
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one replica in its epoch."""
+
+    end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+    last_sent_high_watermark: int = -1
+    begin_epoch_acked: bool = False
+    begin_epoch_sent_ms: int = -1
+
+
+@dataclass(slots=True)
+class _ParkedFetch:
+    token: Any
+    body: Body
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _SnapshotDownload:
+    snapshot_id: SnapshotId
+    chunks: list[bytes]
+    position: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumInfo:
+    """What DescribeQuorum reports (only meaningful on the leader)."""
+
+    leader_id: int | None
+    epoch: int
+    high_watermark: int
+    voters: dict[int, ReplicaState]
+    observers: dict[int, ReplicaState]
+
+
+class RaftCore:
+    """See the module docstring."""
+
+    def __init__(self, config: RaftConfig, log: RaftLog, quorum_state: QuorumState, rng: random.Random,
+                 now_ms: int, records_codec: RecordsCodec | None = None) -> None:
+        self.config = config
+        self.log = log
+        self._rng = rng
+        self._codec = records_codec or PassThroughRecordsCodec()
+        self._now_ms = now_ms
+        self._state = quorum_state
+        self.role = Role.UNATTACHED
+        # -- the part of the log not yet applied by the driver --
+        self._pending_ops: list[LogOp] = []
+        self._handed_ops: list[LogOp] = []
+        self._ready_outstanding = False
+        # -- outputs accumulated for the next Ready --
+        self._out_state: QuorumState | None = None
+        self._out_requests: list[OutboundRequest] = []
+        self._out_responses: list[OutboundResponse] = []
+        self._out_role: RoleChange | None = None
+        self._out_high_watermark: int | None = None
+        # -- the node's view of what is committed (never goes back) --
+        self.high_watermark = 0
+        # -- timers --
+        self._election_deadline_ms: int | None = None
+        self._fetch_deadline_ms: int | None = None
+        # -- election --
+        self._granted: set[int] = set()
+        self._rejected: set[int] = set()
+        # -- fetching (follower / observer) --
+        self._fetch_in_flight: Body | None = None
+        self._fetch_sent_ms = 0
+        self._fetch_backoff_until_ms = 0
+        self._fetch_target: int | None = None
+        # Last successful exchange with the leader (pre-vote refusals rely on it).
+        self._last_leader_contact_ms = -1
+        self._snapshot_download: _SnapshotDownload | None = None
+        # -- leader --
+        self._epoch_start_offset = -1
+        self._leader_high_watermark: int | None = None
+        self._flushed_end_offset = log.end_offset
+        self._voter_states: dict[int, ReplicaState] = {}
+        self._observer_states: dict[int, ReplicaState] = {}
+        self._parked: dict[int, _ParkedFetch] = {}
+        self._initialise_role(now_ms)
+
+    # ------------------------------------------------------------------
+    # Public state
+    # ------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self._state.epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._state.leader_id
+
+    @property
+    def voted_id(self) -> int | None:
+        return self._state.voted_id
+
+    @property
+    def quorum_state(self) -> QuorumState:
+        return self._state
+
+    @property
+    def leader_high_watermark(self) -> int | None:
+        """The leader's high watermark, or None until it has committed in its epoch (or not leader)."""
+        return self._leader_high_watermark if self.role is Role.LEADER else None
+
+    @property
+    def epoch_start_offset(self) -> int:
+        return self._epoch_start_offset
+
+    @property
+    def end_offset(self) -> int:
+        """End of the log including operations not yet applied by the driver."""
+        end, _ = self._view_end()
+        return end
+
+    @property
+    def last_epoch(self) -> int:
+        _, epoch = self._view_end()
+        return epoch
+
+    def describe(self) -> QuorumInfo:
+        return QuorumInfo(
+            leader_id=self.leader_id,
+            epoch=self.epoch,
+            high_watermark=self.high_watermark,
+            voters={voter: _copy_replica(state) for voter, state in self._voter_states.items()},
+            observers={node: _copy_replica(state) for node, state in self._observer_states.items()},
+        )
+
+    # ------------------------------------------------------------------
+    # Ready / advance
+    # ------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        return bool(self._out_state or self._pending_ops or self._out_requests or self._out_responses
+                    or self._out_role or self._out_high_watermark is not None)
+
+    def ready(self) -> Ready:
+        assert not self._ready_outstanding, "ready() called twice without advance()"
+        ops = self._pending_ops
+        ready = Ready(
+            quorum_state=self._out_state,
+            log_ops=ops,
+            flush_before_send=bool(ops) and self.config.is_voter and self.role is not Role.LEADER,
+            requests=self._out_requests,
+            responses=self._out_responses,
+            high_watermark=self._out_high_watermark,
+            role_change=self._out_role,
+        )
+        self._handed_ops = ops
+        self._pending_ops = []
+        self._out_state = None
+        self._out_requests = []
+        self._out_responses = []
+        self._out_role = None
+        self._out_high_watermark = None
+        self._ready_outstanding = True
+        return ready
+
+    def advance(self, ready: Ready, flushed_end_offset: int, now_ms: int) -> None:
+        """The driver did everything `ready` asked; `flushed_end_offset` is the log's durable end."""
+        assert self._ready_outstanding
+        self._ready_outstanding = False
+        self._handed_ops = []
+        self._now_ms = now_ms
+        self._flushed_end_offset = flushed_end_offset
+        if self.role is Role.LEADER:
+            self._update_leader_high_watermark()
+            if ready.appends:
+                # New data is readable now: answer the fetches that were waiting for it.
+                self._complete_parked(now_ms, only_expired=False)
+
+    def note_flushed(self, flushed_end_offset: int, now_ms: int) -> None:
+        """The driver flushed the log outside a Ready (a leader's group commit)."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        self._flushed_end_offset = flushed_end_offset
+        if self.role is Role.LEADER:
+            self._update_leader_high_watermark()
+
+    def _check_not_in_ready(self) -> None:
+        assert not self._ready_outstanding, "core called between ready() and advance()"
+
+    # ------------------------------------------------------------------
+    # The log as the core sees it (applied log + operations not applied yet)
+    # ------------------------------------------------------------------
+
+    def _view_end(self) -> tuple[int, int]:
+        end = self.log.end_offset
+        epoch = self.log.last_epoch
+        for op in (*self._handed_ops, *self._pending_ops):
+            if isinstance(op, Append):
+                end, epoch = op.batch.next_offset, op.batch.epoch
+            elif isinstance(op, TruncateTo):
+                if op.offset < end:
+                    # Truncations are computed against the applied log (a
+                    # follower only truncates with nothing else pending).
+                    end, epoch = op.offset, self.log.epoch_before(op.offset)
+            else:
+                end, epoch = op.snapshot_id.end_offset, op.snapshot_id.epoch
+        return end, epoch
+
+    def _leader_end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+        # A leader's unapplied operations are only appends in its own epoch.
+        if epoch >= self.epoch:
+            return EpochEndOffset(self.epoch, self.end_offset) if epoch == self.epoch else None
+        answer = self.log.end_offset_for_epoch(epoch)
+        if answer is None:
+            # The asked epoch lies between the log's last epoch and ours.
+            return EpochEndOffset(self.log.last_epoch, self.log.end_offset)
+        return answer
+
+    # ------------------------------------------------------------------
+    # Transitions
+    # ------------------------------------------------------------------
+
+    def _initialise_role(self, now_ms: int) -> None:
+        state = self._state
+        me = self.config.node_id
+        if state.leader_id == me:
+            # A leader that restarts cannot continue: its unflushed tail may be gone.
+            self._become_resigned(now_ms, announce=True)
+        elif state.leader_id is not None:
+            self._become_follower(state.epoch, state.leader_id, now_ms)
+        elif state.voted_id == me and self.config.is_voter:
+            self._set_role(Role.CANDIDATE)
+            self._start_election_round(now_ms)
+        else:
+            self._become_unattached(state.epoch, now_ms)
+        if self.config.is_voter and len(self.config.voters) == 1 and self.role is not Role.LEADER:
+            self._become_candidate(now_ms)
+
+    def _persist(self, state: QuorumState) -> None:
+        if state != self._state:
+            self._state = state
+            self._out_state = state
+
+    def _set_role(self, role: Role) -> None:
+        previous = self.role
+        self.role = role
+        if previous is Role.LEADER and role is not Role.LEADER:
+            self._leave_leadership()
+        if role is not Role.FOLLOWER:
+            self._fetch_deadline_ms = None
+            self._snapshot_download = None
+        # A response to a fetch sent in another role or epoch is ignored.
+        self._fetch_in_flight = None
+        self._out_role = RoleChange(role, self._state.epoch, self._state.leader_id)
+
+    def _random_election_timeout(self) -> int:
+        timeout = self.config.election_timeout_ms
+        return self._rng.randrange(timeout, 2 * timeout)
+
+    def _become_unattached(self, epoch: int, now_ms: int) -> None:
+        if epoch > self._state.epoch:
+            self._persist(QuorumState(epoch=epoch))
+        self._set_role(Role.UNATTACHED)
+        self._fetch_target = None
+        self._election_deadline_ms = now_ms + self._random_election_timeout() if self.config.is_voter else None
+        self._maybe_send_fetch(now_ms)
+
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        if epoch != self.epoch or leader_id != self.leader_id:
+            self._last_leader_contact_ms = -1
+        voted = self._state.voted_id if epoch == self._state.epoch else None
+        self._persist(QuorumState(epoch=epoch, leader_id=leader_id, voted_id=voted))
+        self._set_role(Role.FOLLOWER)
+        self._election_deadline_ms = None
+        self._fetch_target = leader_id
+        self._fetch_in_flight = None
+        self._fetch_backoff_until_ms = 0
+        self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
+        self._maybe_send_fetch(now_ms)
+
+    def _become_prospective(self, now_ms: int) -> None:
+        if not self.config.pre_vote:
+            self._become_candidate(now_ms)
+            return
+        self._set_role(Role.PROSPECTIVE)
+        self._start_election_round(now_ms)
+
+    def _become_candidate(self, now_ms: int) -> None:
+        self._persist(QuorumState(epoch=self._state.epoch + 1, voted_id=self.config.node_id))
+        self._set_role(Role.CANDIDATE)
+        self._start_election_round(now_ms)
+
+    def _start_election_round(self, now_ms: int) -> None:
+        self._granted = {self.config.node_id}
+        self._rejected = set()
+        self._election_deadline_ms = now_ms + self._random_election_timeout()
+        if self._maybe_win(now_ms):
+            return
+        pre_vote = self.role is Role.PROSPECTIVE
+        candidate_epoch = self.epoch + 1 if pre_vote else self.epoch
+        end, last_epoch = self._view_end()
+        for voter in sorted(self.config.voters):
+            if voter != self.config.node_id:
+                body = m.vote_request(self.config.cluster_id, voter, candidate_epoch, self.config.node_id,
+                                      last_epoch, end, pre_vote)
+                self._out_requests.append(OutboundRequest(voter, ApiKey.VOTE, body))
+
+    def _maybe_win(self, now_ms: int) -> bool:
+        if len(self._granted) >= self.config.majority:
+            if self.role is Role.PROSPECTIVE:
+                self._become_candidate(now_ms)
+            else:
+                self._become_leader(now_ms)
+            return True
+        if self.role is Role.PROSPECTIVE and len(self._rejected) >= self.config.majority:
+            # KIP-996: a lost pre-vote changes nothing durable. Go back to the
+            # leader we knew (the others may still hear it), or wait and retry.
+            leader = self._state.leader_id
+            if leader is not None and leader != self.config.node_id:
+                self._become_follower(self.epoch, leader, now_ms)
+            else:
+                self._become_unattached(self.epoch, now_ms)
+            return True
+        return False
+
+    def _become_leader(self, now_ms: int) -> None:
+        me = self.config.node_id
+        self._persist(QuorumState(epoch=self.epoch, leader_id=me, voted_id=self._state.voted_id))
+        self._set_role(Role.LEADER)
+        self._election_deadline_ms = None
+        self._leader_high_watermark = None
+        self._voter_states = {voter: ReplicaState(last_fetch_ms=now_ms) for voter in self.config.voters}
+        self._observer_states = {}
+        self._parked = {}
+        end, _ = self._view_end()
+        self._epoch_start_offset = end
+        # KRaft opens every epoch with a LeaderChangeMessage control record;
+        # committing it is what lets the high watermark move in this epoch.
+        value = LEADER_CHANGE_MESSAGE.encode(0, {
+            "version": 0, "leader_id": me,
+            "voters": [{"voter_id": voter} for voter in sorted(self.config.voters)],
+            "granting_voters": [{"voter_id": voter} for voter in sorted(self._granted)],
+        })
+        self._pending_ops.append(Append(Batch(end, self.epoch, (value,), int(ControlRecordType.LEADER_CHANGE), now_ms)))
+        self._out_role = RoleChange(Role.LEADER, self.epoch, me)
+        for voter in sorted(self.config.voters):
+            if voter != me:
+                self._send_begin_epoch(voter, now_ms)
+
+    def _become_resigned(self, now_ms: int, announce: bool) -> None:
+        self._set_role(Role.RESIGNED)
+        self._election_deadline_ms = now_ms + self._random_election_timeout()
+        if announce:
+            preferred = sorted((voter for voter in self.config.voters if voter != self.config.node_id),
+                               key=lambda voter: (-self._voter_states.get(voter, ReplicaState()).end_offset, voter))
+            for voter in preferred:
+                body = m.end_quorum_epoch_request(self.config.cluster_id, self.config.node_id, self.epoch, preferred)
+                self._out_requests.append(OutboundRequest(voter, ApiKey.END_QUORUM_EPOCH, body))
+
+    def _leave_leadership(self) -> None:
+        self._leader_high_watermark = None
+        parked, self._parked = self._parked, {}
+        # Parked fetches get their answer from the new role (an error naming the new state).
+        for replica_id, fetch in sorted(parked.items()):
+            body = self._fetch_response_for(replica_id, fetch.body, self._now_ms, allow_park=False)
+            assert body is not DEFERRED
+            self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
+
+    def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int) -> bool:
+        """Reacts to an epoch/leader seen in a message; True if the role changed."""
+        if leader_id is not None and leader_id < 0:
+            leader_id = None
+        if epoch > self.epoch:
+            if leader_id is not None and leader_id != self.config.node_id:
+                self._become_follower(epoch, leader_id, now_ms)
+            else:
+                self._become_unattached(epoch, now_ms)
+            return True
+        # A leader of our epoch we did not know yet is news; the one we already
+        # gave up on (we are prospective because it went quiet) is not.
+        if (epoch == self.epoch and leader_id is not None and leader_id != self.config.node_id
+                and leader_id != self._state.leader_id
+                and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)):
+            self._become_follower(epoch, leader_id, now_ms)
+            return True
+        return False
+
+    # ------------------------------------------------------------------
+    # Timers
+    # ------------------------------------------------------------------
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest time `tick` has something to do (None: only messages can wake it)."""
+        candidates: list[int] = []
+        if self._election_deadline_ms is not None:
+            candidates.append(self._election_deadline_ms)
+        if self._fetch_deadline_ms is not None:
+            candidates.append(self._fetch_deadline_ms)
+        if self.role is Role.LEADER:
+            candidates.append(self._check_quorum_deadline())
+            candidates.extend(fetch.deadline_ms for fetch in self._parked.values())
+            candidates.append(self._begin_epoch_resend_deadline())
+        elif self._wants_fetch():
+            if self._fetch_in_flight is not None:
+                candidates.append(self._fetch_sent_ms + self._fetch_request_timeout_ms())
+            else:
+                candidates.append(self._fetch_backoff_until_ms)
+        return min(candidates) if candidates else None
+
+    def _fetch_request_timeout_ms(self) -> int:
+        return self.config.fetch_max_wait_ms + self.config.request_timeout_ms
+
+    def _check_quorum_deadline(self) -> int:
+        # The time by which the majority-th most recent voter contact expires.
+        times = sorted((state.last_fetch_ms if voter != self.config.node_id else self._now_ms)
+                       for voter, state in self._voter_states.items())
+        majority_time = times[len(times) - self.config.majority]
+        return majority_time + self.config.fetch_timeout_ms * 3 // 2
+
+    def _begin_epoch_resend_deadline(self) -> int:
+        pending = [state.begin_epoch_sent_ms + self.config.request_timeout_ms
+                   for voter, state in self._voter_states.items()
+                   if voter != self.config.node_id and not state.begin_epoch_acked and state.end_offset < 0]
+        return min(pending) if pending else 1 << 62
+
+    def tick(self, now_ms: int) -> None:
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        role = self.role
+        if role is Role.LEADER:
+            if now_ms >= self._check_quorum_deadline():
+                # Check quorum: a leader that a majority has not fetched from
+                # for 1.5 x fetch timeout is probably partitioned away.
+                self._become_resigned(now_ms, announce=True)
+                return
+            self._complete_parked(now_ms, only_expired=True)
+            for voter, state in sorted(self._voter_states.items()):
+                if (voter != self.config.node_id and not state.begin_epoch_acked and state.end_offset < 0
+                        and now_ms >= state.begin_epoch_sent_ms + self.config.request_timeout_ms):
+                    self._send_begin_epoch(voter, now_ms)
+            return
+        if self._election_deadline_ms is not None and now_ms >= self._election_deadline_ms:
+            # Unattached, Prospective, Candidate and Resigned all start (another) election.
+            self._become_prospective(now_ms)
+            return
+        if self._fetch_deadline_ms is not None and now_ms >= self._fetch_deadline_ms:
+            if self.config.is_voter:
+                self._become_prospective(now_ms)
+            else:
+                # An observer that lost its leader goes back to discovering one.
+                self._persist(QuorumState(epoch=self.epoch))
+                self._become_unattached(self.epoch, now_ms)
+            return
+        if self._fetch_in_flight is not None and now_ms >= self._fetch_sent_ms + self._fetch_request_timeout_ms():
+            self._fetch_in_flight = None  # lost: send another
+        self._maybe_send_fetch(now_ms)
+
+    # ------------------------------------------------------------------
+    # Proposals and shutdown
+    # ------------------------------------------------------------------
+
+    def propose(self, values: list[bytes], now_ms: int) -> tuple[int, int] | NotLeader:
+        """Appends `values` as one batch if this node is the leader; returns (base offset, epoch)."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        if self.role is not Role.LEADER:
+            return NotLeader(self.leader_id if self.role is Role.FOLLOWER else None, self.epoch)
+        if not values:
+            raise ValueError("propose needs at least one value")
+        if len(values) > self.config.max_batch_records:
+            raise ValueError(f"{len(values)} records exceed max_batch_records={self.config.max_batch_records}")
+        base = self.end_offset
+        self._pending_ops.append(Append(Batch(base, self.epoch, tuple(values), None, now_ms)))
+        return base, self.epoch
+
+    def resign(self, now_ms: int) -> None:
+        """Graceful shutdown of a leader: stop writing and ask the others to elect a successor now."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        if self.role is Role.LEADER:
+            self._become_resigned(now_ms, announce=True)
+
+    # ------------------------------------------------------------------
+    # Requests
+    # ------------------------------------------------------------------
+
+    def handle_request(self, sender_id: int, api_key: int, body: Body, now_ms: int, token: Any = None) -> Body | _Deferred:
+        """Answers one request now, or returns DEFERRED and answers later in `Ready.responses` with `token`."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        cluster_id = body.get("cluster_id")
+        if cluster_id is not None and cluster_id != self.config.cluster_id:
+            return self._error_response(api_key, ErrorCode.INCONSISTENT_CLUSTER_ID)
+        if api_key == ApiKey.FETCH:
+            return self._fetch_response_for(sender_id, body, now_ms, allow_park=True, token=token)
+        if api_key == ApiKey.VOTE:
+            return self._handle_vote(body, now_ms)
+        if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+            return self._handle_begin_epoch(body, now_ms)
+        if api_key == ApiKey.END_QUORUM_EPOCH:
+            return self._handle_end_epoch(body, now_ms)
+        if api_key == ApiKey.FETCH_SNAPSHOT:
+            return self._handle_fetch_snapshot(sender_id, body, now_ms)
+        raise ValueError(f"api key {api_key} is not a KRaft RPC")
+
+    @staticmethod
+    def _error_response(api_key: int, error: ErrorCode) -> Body:
+        if api_key == ApiKey.FETCH:
+            return m.fetch_response(error)
+        if api_key == ApiKey.VOTE:
+            return m.vote_response(error)
+        if api_key == ApiKey.FETCH_SNAPSHOT:
+            return m.fetch_snapshot_response(error)
+        return m.epoch_response(error)
+
+    def _handle_vote(self, body: Body, now_ms: int) -> Body:
+        partition = m.single_partition(body)
+        if partition is None:
+            return m.vote_response(ErrorCode.INVALID_REQUEST)
+        candidate_epoch = partition["candidate_epoch"]
+        candidate_id = partition["candidate_id"]
+        last_epoch = partition["last_offset_epoch"]
+        last_offset = partition["last_offset"]
+        pre_vote = bool(body.get("pre_vote", False))
+        if last_offset < 0 or last_epoch < 0 or last_epoch > candidate_epoch:
+            return m.vote_response(ErrorCode.INVALID_REQUEST)
+        if candidate_epoch < self.epoch:
+            return m.vote_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if not self.config.is_voter or candidate_id not in self.config.voters:
+            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
+        end, my_last_epoch = self._view_end()
+        log_ok = (last_epoch, last_offset) >= (my_last_epoch, end)
+        if pre_vote:
+            # Pre-votes change nothing. A follower that hears from a live
+            # leader refuses, so a partitioned node cannot disrupt the quorum.
+            hears_leader = self.role is Role.LEADER or (
+                self.role is Role.FOLLOWER and self._last_leader_contact_ms >= 0
+                and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms)
+            granted = candidate_epoch > self.epoch and log_ok and not hears_leader
+            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+        if candidate_epoch > self.epoch:
+            self._become_unattached(candidate_epoch, now_ms)
+        state = self._state
+        granted = (
+            self.role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and state.leader_id is None
+            and state.voted_id in (None, candidate_id)
+            and log_ok
+        )
+        if granted:
+            self._persist(QuorumState(epoch=self.epoch, voted_id=candidate_id))
+            if self.role is not Role.UNATTACHED:
+                self._set_role(Role.UNATTACHED)
+            # Granting a vote restarts the election timer (give the candidate time to win).
+            self._election_deadline_ms = now_ms + self._random_election_timeout()
+        return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+
+    def _handle_begin_epoch(self, body: Body, now_ms: int) -> Body:
+        partition = m.single_partition(body)
+        if partition is None:
+            return m.epoch_response(ErrorCode.INVALID_REQUEST)
+        epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
+        if epoch < self.epoch:
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if epoch == self.epoch and self.leader_id is not None:
+            assert self.leader_id == leader_id, (
+                f"node {self.config.node_id}: two leaders in epoch {epoch}: {self.leader_id} and {leader_id}")
+            if self.role is not Role.FOLLOWER and leader_id != self.config.node_id:
+                self._become_follower(epoch, leader_id, now_ms)
+        elif leader_id != self.config.node_id:
+            assert not (epoch == self.epoch and self.role is Role.LEADER)
+            self._become_follower(epoch, leader_id, now_ms)
+        return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
+
+    def _handle_end_epoch(self, body: Body, now_ms: int) -> Body:
+        partition = m.single_partition(body)
+        if partition is None:
+            return m.epoch_response(ErrorCode.INVALID_REQUEST)
+        epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
+        if epoch < self.epoch:
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if leader_id == self.config.node_id:
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
+        if epoch > self.epoch or self.leader_id is None:
+            self._become_follower(epoch, leader_id, now_ms)
+        if self.role is Role.FOLLOWER and self.leader_id == leader_id and self.config.is_voter:
+            preferred = list(partition.get("preferred_successors") or [])
+            if not preferred:
+                preferred = [c["candidate_id"] for c in partition.get("preferred_candidates") or []]
+            # The best-placed successor campaigns first; the others back off
+            # exponentially by their position so they do not split the vote.
+            if self.config.node_id in preferred:
+                position = preferred.index(self.config.node_id)
+                backoff = min(self.config.retry_backoff_ms * (1 << min(position, 16)), self.config.election_timeout_ms)
+            else:
+                backoff = self._random_election_timeout()
+            self._fetch_deadline_ms = min(self._fetch_deadline_ms or now_ms + backoff, now_ms + backoff)
+        return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
+
+    # -- Fetch (leader side) --------------------------------------------------
+
+    def _fetch_leader_error(self, request_epoch: int) -> ErrorCode | None:
+        if request_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if request_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return None
+
+    def _fetch_response_for(self, replica_id: int, body: Body, now_ms: int, allow_park: bool,
+                            token: Any = None) -> Body | _Deferred:
+        partition = m.fetch_partition(body)
+        if partition is None:
+            return m.fetch_response(ErrorCode.INVALID_REQUEST)
+        replica_state = body.get("replica_state") or {}
+        replica = replica_state.get("replica_id", -1)
+        if replica is None or replica < 0:
+            replica = body.get("replica_id", -1)
+        fetch_offset = partition["fetch_offset"]
+        last_fetched_epoch = partition["last_fetched_epoch"]
+        request_epoch = partition["current_leader_epoch"]
+        leader = dict(leader_id=self.leader_id, epoch=self.epoch)
+        if replica < 0 or fetch_offset < 0 or not 0 <= last_fetched_epoch <= request_epoch:
+            return m.fetch_response(ErrorCode.NONE, ErrorCode.INVALID_REQUEST, **leader)
+        error = self._fetch_leader_error(request_epoch)
+        if error is not None:
+            return m.fetch_response(ErrorCode.NONE, error, **leader)
+        is_voter = replica in self.config.voters
+        states = self._voter_states if is_voter else self._observer_states
+        state = states.get(replica)
+        if state is None:
+            state = states[replica] = ReplicaState()
+        state.last_fetch_ms = now_ms
+        high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
+        common = dict(leader, high_watermark=high_watermark, log_start_offset=self.log.start_offset)
+        # Divergence and snapshot checks (KRaft's validateOffsetAndEpoch).
+        snapshot = self.log.latest_snapshot_id()
+        if snapshot is not None and (fetch_offset < self.log.start_offset or last_fetched_epoch < snapshot.epoch):
+            # Below the log start, or in an epoch older than the snapshot's:
+            # the epoch history that could settle divergence is inside the
+            # snapshot, so the follower loads the snapshot (committed data only).
+            return m.fetch_response(ErrorCode.NONE, snapshot_id=tuple(snapshot), **common)
+        if fetch_offset > 0 or last_fetched_epoch > 0:
+            answer = self._leader_end_offset_for_epoch(last_fetched_epoch)
+            if answer is None or answer.epoch != last_fetched_epoch or answer.end_offset < fetch_offset:
+                if answer is None:
+                    answer = EpochEndOffset(self.epoch, self.end_offset)
+                if answer.end_offset < self.log.start_offset and snapshot is not None:
+                    return m.fetch_response(ErrorCode.NONE, snapshot_id=tuple(snapshot), **common)
+                return m.fetch_response(ErrorCode.NONE, diverging=tuple(answer), **common)
+        # A valid position: it counts toward the high watermark.
+        state.end_offset = fetch_offset
+        if fetch_offset >= self.log.end_offset:
+            state.last_caught_up_ms = now_ms
+        if is_voter:
+            self._update_leader_high_watermark()
+            high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
+        batches = self.log.read(fetch_offset, min(body.get("max_bytes", self.config.fetch_max_bytes),
+                                                  self.config.fetch_max_bytes))
+        if not batches and allow_park and high_watermark <= state.last_sent_high_watermark:
+            wait_ms = min(int(body.get("max_wait_ms", 0)), self.config.fetch_max_wait_ms)
+            if wait_ms > 0:
+                # Long poll: answer when data arrives, the high watermark moves or the wait ends.
+                self._parked[replica] = _ParkedFetch(token, body, now_ms + wait_ms)
+                return DEFERRED
+        state.last_sent_high_watermark = high_watermark
+        common["high_watermark"] = high_watermark
+        return m.fetch_response(ErrorCode.NONE, records=self._codec.encode(batches) if batches else None, **common)
+
+    def _complete_parked(self, now_ms: int, only_expired: bool) -> None:
+        if not self._parked:
+            return
+        for replica_id in sorted(self._parked):
+            fetch = self._parked.get(replica_id)
+            if fetch is None or only_expired and now_ms < fetch.deadline_ms:
+                continue
+            del self._parked[replica_id]
+            body = self._fetch_response_for(replica_id, fetch.body, now_ms, allow_park=False)
+            assert body is not DEFERRED
+            self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
+
+    def _update_leader_high_watermark(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        me = self.config.node_id
+        offsets = sorted(
+            (min(self._flushed_end_offset, self.end_offset) if voter == me else state.end_offset
+             for voter, state in self._voter_states.items()),
+            reverse=True,
+        )
+        candidate = offsets[self.config.majority - 1]
+        if candidate > self._epoch_start_offset and (
+                self._leader_high_watermark is None or candidate > self._leader_high_watermark):
+            self._leader_high_watermark = candidate
+            self._set_high_watermark(candidate)
+            # Followers waiting in a long poll learn the new high watermark now.
+            self._complete_parked(self._now_ms, only_expired=False)
+
+    def _set_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = offset
+            self._out_high_watermark = offset
+
+    def _send_begin_epoch(self, voter: int, now_ms: int) -> None:
+        self._voter_states[voter].begin_epoch_sent_ms = now_ms
+        body = m.begin_quorum_epoch_request(self.config.cluster_id, voter, self.config.node_id, self.epoch)
+        self._out_requests.append(OutboundRequest(voter, ApiKey.BEGIN_QUORUM_EPOCH, body))
+
+    # -- FetchSnapshot (leader side) -------------------------------------------
+
+    def _handle_fetch_snapshot(self, sender_id: int, body: Body, now_ms: int) -> Body:
+        partition = m.single_partition(body, topic_key="name")
+        if partition is None:
+            return m.fetch_snapshot_response(ErrorCode.INVALID_REQUEST)
+        leader = dict(leader_id=self.leader_id, epoch=self.epoch)
+        error = self._fetch_leader_error(partition["current_leader_epoch"])
+        if error is not None:
+            return m.fetch_snapshot_response(ErrorCode.NONE, error, **leader)
+        state = self._voter_states.get(sender_id)
+        if state is not None:
+            # A follower busy loading a snapshot is still in contact (check quorum).
+            state.last_fetch_ms = now_ms
+        wanted = SnapshotId(partition["snapshot_id"]["end_offset"], partition["snapshot_id"]["epoch"])
+        size = self.log.snapshot_size(wanted)
+        if size is None:
+            return m.fetch_snapshot_response(ErrorCode.NONE, ErrorCode.SNAPSHOT_NOT_FOUND, **leader)
+        position = partition["position"]
+        if not 0 <= position <= size:
+            return m.fetch_snapshot_response(ErrorCode.NONE, ErrorCode.POSITION_OUT_OF_RANGE, **leader)
+        max_bytes = min(body.get("max_bytes", self.config.snapshot_chunk_bytes), self.config.snapshot_chunk_bytes)
+        data = self.log.read_snapshot(wanted, position, max_bytes)
+        if data is None:
+            return m.fetch_snapshot_response(ErrorCode.NONE, ErrorCode.SNAPSHOT_NOT_FOUND, **leader)
+        return m.fetch_snapshot_response(ErrorCode.NONE, snapshot_id=tuple(wanted), size=size, position=position,
+                                         data=bytes(data), **leader)
+
+    # ------------------------------------------------------------------
+    # Responses
+    # ------------------------------------------------------------------
+
+    def handle_response(self, sender_id: int, api_key: int, request_body: Body, response_body: Body | None,
+                        now_ms: int) -> None:
+        """A response (or None: the request failed or timed out) to a request from a Ready."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        if api_key == ApiKey.FETCH:
+            self._handle_fetch_response(request_body, response_body, now_ms)
+        elif api_key == ApiKey.FETCH_SNAPSHOT:
+            self._handle_fetch_snapshot_response(request_body, response_body, now_ms)
+        elif response_body is None or response_body.get("error_code"):
+            return
+        elif api_key == ApiKey.VOTE:
+            self._handle_vote_response(sender_id, request_body, response_body, now_ms)
+        elif api_key == ApiKey.BEGIN_QUORUM_EPOCH:
+            partition = m.single_partition(response_body)
+            if partition is None:
+                return
+            if self._observe_epoch(partition["leader_epoch"], partition["leader_id"], now_ms):
+                return
+            if (self.role is Role.LEADER and partition["error_code"] == 0
+                    and partition["leader_epoch"] == self.epoch and sender_id in self._voter_states):
+                self._voter_states[sender_id].begin_epoch_acked = True
+        elif api_key == ApiKey.END_QUORUM_EPOCH:
+            partition = m.single_partition(response_body)
+            if partition is not None:
+                self._observe_epoch(partition["leader_epoch"], partition["leader_id"], now_ms)
+
+    def _handle_vote_response(self, sender_id: int, request_body: Body, response_body: Body, now_ms: int) -> None:
+        partition = m.single_partition(response_body)
+        request = m.single_partition(request_body)
+        if partition is None or request is None:
+            return
+        epoch = partition["leader_epoch"]
+        leader_id = partition["leader_id"]
+        if self._observe_epoch(epoch, leader_id, now_ms):
+            return
+        pre_vote = bool(request_body.get("pre_vote", False))
+        if pre_vote:
+            if self.role is not Role.PROSPECTIVE or request["candidate_epoch"] != self.epoch + 1:
+                return
+        elif self.role is not Role.CANDIDATE or request["candidate_epoch"] != self.epoch or epoch != self.epoch:
+            return
+        if partition["error_code"] == 0 and partition["vote_granted"]:
+            self._granted.add(sender_id)
+            self._rejected.discard(sender_id)
+        elif sender_id not in self._granted:
+            self._rejected.add(sender_id)
+        self._maybe_win(now_ms)
+
+    # -- Fetch (follower side) ------------------------------------------------
+
+    def _wants_fetch(self) -> bool:
+        if self.role is Role.FOLLOWER:
+            return True
+        # Observers without a leader ask the voters who it is.
+        return self.role is Role.UNATTACHED and not self.config.is_voter
+
+    def _maybe_send_fetch(self, now_ms: int) -> None:
+        if not self._wants_fetch() or self._fetch_in_flight is not None or now_ms < self._fetch_backoff_until_ms:
+            return
+        if self.role is Role.FOLLOWER:
+            target = self.leader_id
+        else:
+            target = self._rng.choice(sorted(self.config.voters))
+        assert target is not None
+        self._fetch_target = target
+        self._fetch_sent_ms = now_ms
+        download = self._snapshot_download
+        if download is not None:
+            body = m.fetch_snapshot_request(self.config.cluster_id, self.config.node_id, self.epoch,
+                                            tuple(download.snapshot_id), download.position,
+                                            self.config.snapshot_chunk_bytes)
+            api_key = ApiKey.FETCH_SNAPSHOT
+        else:
+            end, last_epoch = self._view_end()
+            body = m.fetch_request(self.config.cluster_id, self.config.node_id, self.epoch, end, last_epoch,
+                                   self.config.fetch_max_wait_ms, self.config.fetch_max_bytes)
+            api_key = ApiKey.FETCH
+        self._fetch_in_flight = body
+        self._out_requests.append(OutboundRequest(target, api_key, body))
+
+    def _fetch_failed(self, now_ms: int) -> None:
+        self._fetch_in_flight = None
+        self._fetch_backoff_until_ms = now_ms + self.config.retry_backoff_ms
+
+    def _handle_fetch_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:
+        if request_body is not self._fetch_in_flight:
+            return  # stale, duplicated or from an earlier role
+        if response_body is None or response_body.get("error_code"):
+            self._fetch_failed(now_ms)
+            return
+        partition = m.fetch_partition(response_body)
+        if partition is None:
+            self._fetch_failed(now_ms)
+            return
+        current = partition.get("current_leader") or {}
+        leader_epoch = current.get("leader_epoch", -1)
+        leader_id = current.get("leader_id", -1)
+        if self._observe_epoch(leader_epoch, leader_id, now_ms):
+            return
+        if partition["error_code"] or self.role is not Role.FOLLOWER or leader_epoch != self.epoch:
+            # Errors back off and retry; a follower whose leader resigned or
+            # restarted keeps failing until its fetch timeout starts an election.
+            self._fetch_failed(now_ms)
+            return
+        self._fetch_in_flight = None
+        self._fetch_deadline_ms = max(self._fetch_deadline_ms or 0, now_ms + self.config.fetch_timeout_ms)
+        self._last_leader_contact_ms = now_ms
+        assert not self._pending_ops, "a follower fetches only with its log applied"
+        diverging = partition.get("diverging_epoch") or {}
+        snapshot = partition.get("snapshot_id") or {}
+        if diverging.get("epoch", -1) >= 0 and diverging.get("end_offset", -1) >= 0:
+            self._truncate_diverging(diverging["epoch"], diverging["end_offset"])
+        elif snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0:
+            self._snapshot_download = _SnapshotDownload(SnapshotId(snapshot["end_offset"], snapshot["epoch"]), [])
+        else:
+            self._append_fetched(partition.get("records"))
+            high_watermark = partition["high_watermark"]
+            if high_watermark >= 0:
+                self._set_high_watermark(min(high_watermark, self.end_offset))
+        self._maybe_send_fetch(now_ms)
+
+    def _truncate_diverging(self, epoch: int, end_offset: int) -> None:
+        local = self.log.end_offset_for_epoch(epoch)
+        if local is None:
+            local = EpochEndOffset(self.log.last_epoch, self.log.end_offset)
+        offset = min(local.end_offset, end_offset, self.log.end_offset)
+        assert offset >= self.high_watermark, (
+            f"node {self.config.node_id}: divergence would truncate committed data "
+            f"(to {offset}, high watermark {self.high_watermark})")
+        if offset < self.log.start_offset:
+            # Nothing local can be trusted below the snapshot; fetch from the leader's start.
+            offset = self.log.start_offset
+        if offset < self.log.end_offset:
+            self._pending_ops.append(TruncateTo(offset))
+
+    def _append_fetched(self, records: object) -> None:
+        end, last_epoch = self._view_end()
+        for batch in self._codec.decode(records):
+            if batch.next_offset <= end:
+                continue  # already have it
+            if batch.base_offset != end or batch.epoch < last_epoch or batch.epoch > self.epoch:
+                break  # a gap or a misordered batch: refetch from our end
+            self._pending_ops.append(Append(batch))
+            end, last_epoch = batch.next_offset, batch.epoch
+
+    def _handle_fetch_snapshot_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:
+        if request_body is not self._fetch_in_flight:
+            return
+        download = self._snapshot_download
+        partition = None if response_body is None or response_body.get("error_code") else \
+            m.single_partition(response_body, topic_key="name")
+        if partition is None or download is None:
+            self._fetch_failed(now_ms)
+            return
+        current = partition.get("current_leader") or {}
+        if self._observe_epoch(current.get("leader_epoch", -1), current.get("leader_id", -1), now_ms):
+            return
+        error = partition["error_code"]
+        if error:
+            if error in (ErrorCode.SNAPSHOT_NOT_FOUND, ErrorCode.POSITION_OUT_OF_RANGE):
+                self._snapshot_download = None  # the leader moved on: ask Fetch for the current one
+            self._fetch_failed(now_ms)
+            return
+        self._fetch_in_flight = None
+        self._fetch_deadline_ms = max(self._fetch_deadline_ms or 0, now_ms + self.config.fetch_timeout_ms)
+        self._last_leader_contact_ms = now_ms
+        got = SnapshotId(partition["snapshot_id"]["end_offset"], partition["snapshot_id"]["epoch"])
+        size = partition["size"]
+        data = bytes(partition["unaligned_records"] or b"")
+        if got != download.snapshot_id or partition["position"] != download.position or size > self.config.max_snapshot_bytes:
+            self._snapshot_download = None
+            self._fetch_failed(now_ms)
+            return
+        download.chunks.append(data)
+        download.position += len(data)
+        if download.position > size or (not data and download.position < size):
+            self._snapshot_download = None
+            self._fetch_failed(now_ms)
+            return
+        if download.position == size:
+            assert self.role is not Role.LEADER, "a leader never loads a snapshot"
+            self._snapshot_download = None
+            self._pending_ops.append(InstallSnapshot(download.snapshot_id, b"".join(download.chunks)))
+            # A leader only snapshots committed data.
+            self._set_high_watermark(download.snapshot_id.end_offset)
+        self._maybe_send_fetch(now_ms)
+
+
+def _copy_replica(state: ReplicaState) -> ReplicaState:
+    return ReplicaState(state.end_offset, state.last_fetch_ms, state.last_caught_up_ms,
+                        state.last_sent_high_watermark, state.begin_epoch_acked, state.begin_epoch_sent_ms)

@@ -1,0 +1,277 @@
+"""What the Raft core sees of the replicated log, and an in-memory log for the simulator.
+
+Owns: the `Batch` and `SnapshotId` value types, the `RaftLog` protocol (the
+read side the core needs), the records codecs that turn batches into a Fetch
+response's `records` field, and `MemoryRaftLog`, a log whose tail is volatile
+until `flush` (so a simulated kill -9 loses exactly the unflushed writes).
+
+Rules kept here:
+- The core only reads a `RaftLog`; every mutation (append, truncate, install a
+  snapshot, delete a prefix) is done by the driver, from `Ready`.
+- Epoch semantics follow KRaft: an empty log has last epoch 0; after a
+  snapshot, the snapshot's (end offset, epoch) is the boundary below the first
+  entry; `end_offset_for_epoch` answers the divergence question exactly like
+  `server/storage/log.py` (largest epoch <= the asked one, and where it ends).
+- Batches are never split: a read returns whole batches, at least one if any
+  exist at `from_offset`, so a fetcher always makes progress.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from protocol.record_batch import decode_batches, encode_batch
+
+
+class Batch(NamedTuple):
+    """One batch of the metadata log: consecutive offsets written by one leader in one epoch."""
+
+    base_offset: int
+    epoch: int
+    values: tuple[bytes, ...]
+    # A KRaft control batch (LeaderChange, ...) carries its ControlRecordType id.
+    control_type: int | None = None
+    timestamp_ms: int = 0
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + len(self.values)
+
+    @property
+    def size_bytes(self) -> int:
+        # An estimate good enough for fetch size budgets (61-byte header + ~8 per record).
+        return 61 + sum(len(value) + 8 for value in self.values)
+
+
+class SnapshotId(NamedTuple):
+    """A snapshot covers offsets [0, end_offset); `epoch` is the epoch of offset end_offset - 1."""
+
+    end_offset: int
+    epoch: int
+
+
+class EpochEndOffset(NamedTuple):
+    epoch: int
+    end_offset: int
+
+
+class RaftLog(Protocol):
+    """The read side of the log, as the core needs it (the driver owns writes)."""
+
+    @property
+    def start_offset(self) -> int: ...
+
+    @property
+    def end_offset(self) -> int: ...
+
+    @property
+    def last_epoch(self) -> int: ...
+
+    def epoch_before(self, offset: int) -> int:
+        """Epoch of the entry at `offset - 1` (snapshot epoch at the log start, 0 at offset 0)."""
+        ...
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None: ...
+
+    def read(self, from_offset: int, max_bytes: int) -> list[Batch]: ...
+
+    def latest_snapshot_id(self) -> SnapshotId | None: ...
+
+    def snapshot_size(self, snapshot_id: SnapshotId) -> int | None: ...
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes | None: ...
+
+
+class RecordsCodec(Protocol):
+    """Turns batches into the Fetch `records` field and back."""
+
+    def encode(self, batches: Sequence[Batch]) -> object: ...
+
+    def decode(self, records: object) -> list[Batch]: ...
+
+
+class PassThroughRecordsCodec:
+    """For the simulator: the `records` field carries the Batch tuples themselves (not wire-valid)."""
+
+    def encode(self, batches: Sequence[Batch]) -> object:
+        return tuple(batches)
+
+    def decode(self, records: object) -> list[Batch]:
+        if not records:
+            return []
+        return list(records)  # type: ignore[arg-type]
+
+
+class WireRecordsCodec:
+    """Record batch v2 (CRC-32C), exactly what a real leader puts in a Fetch response."""
+
+    def encode(self, batches: Sequence[Batch]) -> object:
+        return b"".join(
+            encode_batch(batch.base_offset, batch.epoch, batch.values, batch.timestamp_ms, batch.control_type)
+            for batch in batches
+        )
+
+    def decode(self, records: object) -> list[Batch]:
+        if not records:
+            return []
+        assert isinstance(records, (bytes, bytearray, memoryview))
+        return [
+            Batch(b.base_offset, b.leader_epoch, tuple(v or b"" for v in b.values), b.control_type, b.base_timestamp_ms)
+            for b in decode_batches(records, allow_partial_tail=True)
+        ]
+
+
+def _base_offset(batch: Batch) -> int:
+    return batch.base_offset
+
+
+def end_offset_for_epoch_in(
+    epoch_starts: Sequence[tuple[int, int]], end_offset: int, epoch: int
+) -> EpochEndOffset | None:
+    """KRaft's endOffsetForEpoch over an ascending (epoch, start offset) list ending at `end_offset`."""
+    if not epoch_starts or epoch > epoch_starts[-1][0]:
+        return None
+    if epoch == epoch_starts[-1][0]:
+        return EpochEndOffset(epoch, end_offset)
+    index = bisect_right([entry[0] for entry in epoch_starts], epoch)
+    next_start = epoch_starts[index][1]
+    if index == 0:
+        return EpochEndOffset(epoch, next_start)
+    return EpochEndOffset(epoch_starts[index - 1][0], next_start)
+
+
+@dataclass
+class MemoryRaftLog:
+    """An in-memory `RaftLog` with a durable prefix and a volatile tail.
+
+    `flushed_end_offset` marks what survives `crash()`. Truncation and snapshot
+    installation are durable at once (the real log fsyncs them too).
+    """
+
+    batches: list[Batch] = field(default_factory=list)
+    snapshot_id: SnapshotId | None = None
+    snapshot_data: bytes = b""
+    flushed_end_offset: int = 0
+
+    # -- RaftLog ------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return self.snapshot_id.end_offset if self.snapshot_id else 0
+
+    @property
+    def end_offset(self) -> int:
+        if self.batches:
+            return self.batches[-1].next_offset
+        return self.start_offset
+
+    @property
+    def last_epoch(self) -> int:
+        if self.batches:
+            return self.batches[-1].epoch
+        return self.snapshot_id.epoch if self.snapshot_id else 0
+
+    def epoch_before(self, offset: int) -> int:
+        assert self.start_offset <= offset <= self.end_offset, (offset, self.start_offset, self.end_offset)
+        if offset == self.start_offset:
+            return self.snapshot_id.epoch if self.snapshot_id else 0
+        index = self._batch_index(offset - 1)
+        return self.batches[index].epoch
+
+    def _epoch_starts(self) -> list[tuple[int, int]]:
+        starts: list[tuple[int, int]] = []
+        if self.snapshot_id is not None:
+            starts.append((self.snapshot_id.epoch, self.snapshot_id.end_offset))
+        for batch in self.batches:
+            if not starts or batch.epoch > starts[-1][0]:
+                starts.append((batch.epoch, batch.base_offset))
+        return starts
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+        return end_offset_for_epoch_in(self._epoch_starts(), self.end_offset, epoch)
+
+    def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
+        if from_offset >= self.end_offset or not self.batches:
+            return []
+        out: list[Batch] = []
+        budget = 0
+        for batch in self.batches[self._batch_index(from_offset):]:
+            if out and budget + batch.size_bytes > max_bytes:
+                break
+            out.append(batch)
+            budget += batch.size_bytes
+        return out
+
+    def latest_snapshot_id(self) -> SnapshotId | None:
+        return self.snapshot_id
+
+    def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
+        return len(self.snapshot_data) if snapshot_id == self.snapshot_id else None
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes | None:
+        if snapshot_id != self.snapshot_id:
+            return None
+        return self.snapshot_data[position : position + max_bytes]
+
+    # -- driver side ----------------------------------------------------------
+
+    def _batch_index(self, offset: int) -> int:
+        batches = self.batches
+        # Most lookups are at the tail (the next fetch, the last epoch).
+        index = len(batches) - 1
+        if index >= 0 and batches[index].base_offset > offset:
+            index = bisect_right(batches, offset, key=_base_offset) - 1
+        assert index >= 0 and self.batches[index].base_offset <= offset < self.batches[index].next_offset, offset
+        return index
+
+    def append(self, batch: Batch) -> None:
+        assert batch.base_offset == self.end_offset, (batch.base_offset, self.end_offset)
+        assert batch.epoch >= self.last_epoch, (batch.epoch, self.last_epoch)
+        assert batch.values
+        self.batches.append(batch)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drops every batch holding an offset >= `offset` (batches are whole)."""
+        assert offset >= self.start_offset, (offset, self.start_offset)
+        while self.batches and self.batches[-1].next_offset > offset:
+            self.batches.pop()
+        self.flushed_end_offset = min(self.flushed_end_offset, self.end_offset)
+
+    def flush(self) -> int:
+        self.flushed_end_offset = self.end_offset
+        return self.flushed_end_offset
+
+    def crash(self) -> None:
+        """A kill -9: the unflushed tail is gone."""
+        keep = self.flushed_end_offset
+        while self.batches and self.batches[-1].next_offset > keep:
+            self.batches.pop()
+        self.flushed_end_offset = self.end_offset
+
+    def create_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """Records a snapshot of [0, end_offset) and deletes the log prefix it covers."""
+        assert self.start_offset <= snapshot_id.end_offset <= self.flushed_end_offset
+        assert self.epoch_before(snapshot_id.end_offset) == snapshot_id.epoch
+        self.snapshot_id = snapshot_id
+        self.snapshot_data = data
+        self.batches = [batch for batch in self.batches if batch.base_offset >= snapshot_id.end_offset]
+        # Batches are whole, so a batch straddling the snapshot end stays readable from its start.
+        assert not self.batches or self.batches[0].base_offset == snapshot_id.end_offset
+
+    def install_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        """A follower replaces its whole log with a snapshot fetched from the leader."""
+        self.snapshot_id = snapshot_id
+        self.snapshot_data = data
+        self.batches = []
+        self.flushed_end_offset = snapshot_id.end_offset
+
+    def entries(self) -> list[tuple[int, int, bytes, int | None]]:
+        """(offset, epoch, value, control type) for every entry the log holds."""
+        out = []
+        for batch in self.batches:
+            for index, value in enumerate(batch.values):
+                out.append((batch.base_offset + index, batch.epoch, value, batch.control_type))
+        return out
