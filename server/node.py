@@ -163,7 +163,7 @@ class ControllerNode:
         if self.metadata_log.end_offset > 0 or self._bootstrap_records is None:
             return
         records, self._bootstrap_records = self._bootstrap_records, None
-        await self.controller.append_and_apply(commands.ControllerResult(records, {}))
+        await self.controller.submit(lambda state, tracker, next_offset, now_ms: commands.ControllerResult(records, {}))
         log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
                  features=dict(self.state.finalized_levels))
 

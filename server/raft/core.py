@@ -227,6 +227,7 @@ class RaftCore:
         # -- election --
         self._granted: set[int] = set()
         self._rejected: set[int] = set()
+        self._rejected_from_lower_epoch = False
         # -- fetching (follower / observer) --
         self._fetch_in_flight: Body | None = None
         self._fetch_sent_ms = 0
@@ -453,6 +454,7 @@ class RaftCore:
     def _start_election_round(self, now_ms: int) -> None:
         self._granted = {self.config.node_id}
         self._rejected = set()
+        self._rejected_from_lower_epoch = False
         self._election_deadline_ms = now_ms + self._random_election_timeout()
         if self._maybe_win(now_ms):
             return
@@ -476,7 +478,13 @@ class RaftCore:
             # KIP-996: a lost pre-vote changes nothing durable. Go back to the
             # leader we knew (the others may still hear it), or wait and retry.
             leader = self._state.leader_id
-            if leader is not None and leader != self.config.node_id:
+            if self._rejected_from_lower_epoch:
+                # We are stranded above the quorum's epoch (an earlier
+                # candidacy whose votes were lost): pre-votes can never pass,
+                # since those voters hear their leader. A real election is the
+                # only way back, and only a node that once won a pre-vote gets here.
+                self._become_candidate(now_ms)
+            elif leader is not None and leader != self.config.node_id:
                 self._become_follower(self.epoch, leader, now_ms)
             else:
                 self._become_unattached(self.epoch, now_ms)
@@ -946,6 +954,8 @@ class RaftCore:
             self._rejected.discard(sender_id)
         elif sender_id not in self._granted:
             self._rejected.add(sender_id)
+            if pre_vote and epoch < self.epoch:
+                self._rejected_from_lower_epoch = True
         self._maybe_win(now_ms)
 
     # -- Fetch (follower side) ------------------------------------------------

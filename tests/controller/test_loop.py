@@ -185,3 +185,100 @@ async def test_snapshots_are_taken_by_size_and_a_restart_recovers_from_them(tmp_
         assert restarted.state.broker(5).incarnation_id == incarnation
     finally:
         restarted.metadata_log.close()
+
+
+async def _register_many(node, count: int, group_commit: bool) -> None:
+    node.controller.group_commit = group_commit
+
+    async def one(broker_id: int) -> None:
+        request = registration_request(broker_id, uuid.uuid4())
+        result = await node.submit(lambda state, tracker, next_offset, now_ms: cmd.register_broker(
+            state, tracker, request, 4, now_ms, next_offset, node_config))
+        assert result.response["error_code"] == 0
+        # Durable before the reply: the committed state already has it.
+        assert node.state.broker(broker_id) is not None
+
+    async with trio.open_nursery() as nursery:
+        for broker_id in range(100, 100 + count):
+            nursery.start_soon(one, broker_id)
+
+
+@pytest.mark.parametrize("group_commit", [True, False])
+async def test_group_commit_shares_fsyncs_between_concurrent_writers(tmp_path, group_commit):
+    node = formatted_node(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.controller.run)
+        await node.bootstrap_if_empty()
+        appends_before = node.controller.appends
+        await _register_many(node, 40, group_commit)
+        appends = node.controller.appends - appends_before
+        if group_commit:
+            # 40 concurrent writers: later ones wait for the fsync in flight and share the next.
+            assert appends < 40
+        else:
+            assert appends == 40
+        assert sorted(node.state.brokers) == list(range(100, 140))
+        # Broker epochs are the offsets their records got, all distinct.
+        assert len({b.epoch for b in node.state.brokers.values()}) == 40
+        nursery.cancel_scope.cancel()
+    node.metadata_log.close()
+    restarted = ControllerNode(node.config)
+    restarted.open()
+    try:
+        assert restarted.state.snapshot() == node.state.snapshot()
+    finally:
+        restarted.metadata_log.close()
+
+
+async def test_readers_never_see_records_before_they_are_durable(tmp_path):
+    import threading
+
+    node = formatted_node(tmp_path)
+    real_append = node.metadata_log.append
+    release = threading.Event()
+    entered = threading.Event()
+
+    def held_append(*args, **kwargs):
+        # Holds the append (and its fsync) until the test has looked.
+        entered.set()
+        if not release.wait(timeout=30):
+            raise RuntimeError("test did not release the append")
+        return real_append(*args, **kwargs)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.controller.run)
+        await node.bootstrap_if_empty()
+        node.metadata_log.append = held_append
+        upgraded, validated = trio.Event(), trio.Event()
+        answers = {}
+
+        async def upgrade_to_21():
+            answers["upgrade"] = await node.submit(upgrade(21))
+            upgraded.set()
+
+        async def validate_downgrade_to_20():
+            # Only valid against the upgrade still in flight (from 19, 20 is an upgrade, not a
+            # downgrade), so this proves commands see the speculative state.
+            request = features_request([("metadata.version", 20, cmd.SAFE_DOWNGRADE)], validate_only=True)
+            answers["validate"] = await node.submit(
+                lambda s, t, n, now: cmd.update_features(s, request, 2, node_config))
+            validated.set()
+
+        nursery.start_soon(upgrade_to_21)
+        with trio.fail_after(10):
+            await trio.to_thread.run_sync(entered.wait)
+        nursery.start_soon(validate_downgrade_to_20)
+        await trio.testing.wait_all_tasks_blocked()
+        # The upgrade is applied speculatively but not durable: readers still see 19, and
+        # neither command has been answered (the validation waits for the earlier write).
+        assert node.state.metadata_version == 19
+        assert answers == {}
+        release.set()
+        with trio.fail_after(10):
+            await upgraded.wait()
+            await validated.wait()
+        assert node.state.metadata_version == 21
+        assert answers["upgrade"].response["error_code"] == 0
+        assert answers["validate"].response["error_code"] == 0
+        nursery.cancel_scope.cancel()
+    node.metadata_log.close()

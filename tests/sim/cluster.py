@@ -548,10 +548,19 @@ class Simulation:
                 core = self.nodes[voter].core
                 if core is None or core.epoch != epoch or core.leader_id != leader.node_id:
                     return
-            committed = max(self.max_leader_hw_by_epoch.values(), default=0)
-            holders = sum(1 for voter in self.voter_ids
-                          if voter != target.node_id and self.holds(self.nodes[voter], committed))
-            if holders < len(self.voter_ids) // 2 + 1:
+            # The leader may still count what the target acknowledged before
+            # it lost its disk, so everything the target holds (and all that is
+            # committed) must be on a majority of the other voters.
+            committed = self.committed_hw
+            acknowledged = target.log.flushed_end_offset
+            acknowledged_epoch = target.log.epoch_before(acknowledged)
+            others = [self.nodes[voter].log for voter in self.voter_ids if voter != target.node_id]
+            holders = sum(1 for log in others
+                          if log.flushed_end_offset >= max(acknowledged, committed)
+                          and log.start_offset <= acknowledged
+                          and log.epoch_before(acknowledged) == acknowledged_epoch)
+            if holders < len(self.voter_ids) // 2 + 1 or not all(
+                    self.holds(self.nodes[voter], committed) for voter in self.voter_ids if voter != target.node_id):
                 return
         self.stop_node(target, graceful=False)
         target.log = MemoryRaftLog()
