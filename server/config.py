@@ -86,6 +86,8 @@ class ServerConfig:
     quorum_election_timeout_ms: int = 1_000
     quorum_fetch_timeout_ms: int = 2_000
     quorum_append_linger_ms: int = 25
+    # kraftwerk's: share one append+fsync between concurrent writers (on by default).
+    controller_group_commit: bool = True
     # Kafka's metadata.log.max.record.bytes.between.snapshots (20 MiB).
     metadata_snapshot_max_record_bytes: int = 20 * 1024 * 1024
     extra: dict[str, str] = field(default_factory=dict)
@@ -126,6 +128,7 @@ _KNOWN = {
     "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
     "controller.quorum.append.linger.ms": ("quorum_append_linger_ms", int),
     "metadata.log.max.record.bytes.between.snapshots": ("metadata_snapshot_max_record_bytes", int),
+    "controller.group.commit.enable": ("controller_group_commit", _bool),
 }
 
 # Properties Kafka uses that kraftwerk accepts and understands without a field.

@@ -155,6 +155,7 @@ class ControllerNode:
         self.controller = ControllerLoop(
             self.metadata_log, self.state, self.tracker, SINGLE_NODE_LEADER_EPOCH,
             self.config.controller_queue_max_commands, on_commit=self._on_commit,
+            group_commit=self.config.controller_group_commit,
         )
         log.info(Event.CONTROLLER_RECOVERED, records=replayed, end_offset=self.metadata_log.end_offset,
                  metadata_version=self.state.metadata_version, cluster_id=self.cluster_id)
