@@ -14,9 +14,7 @@ says why and what to do), 2 bad usage.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -334,56 +332,83 @@ def cmd_metadata_quorum(args) -> int:
 # demo: a local controller and a short upgrade story
 # --------------------------------------------------------------------------
 
-DEMO_PROPERTIES = """\
-# A single local controller, written by `kraftwerk demo`.
-node.id=1
-process.roles=controller
-listeners=CONTROLLER://127.0.0.1:{port}
-metadata.log.dir={log_dir}
-"""
+def _wait_for_interrupt(processes) -> None:
+    """Blocks until Ctrl-C or until a controller exits on its own."""
+    print("Press Ctrl-C to stop.", flush=True)
+    try:
+        while all(p.alive() for p in processes):
+            time.sleep(0.5)
+        for p in processes:
+            if not p.alive():
+                print(f"controller {p.spec.node_id} exited ({p.process.returncode}); see {p.spec.log_path}",
+                      file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+
+
+def cmd_cluster_up(args) -> int:
+    from server import local_cluster as lc
+    from server.storage.meta_properties import random_uuid_string
+
+    if args.controllers != 1:
+        # Until the Raft driver lands (issue 3) a node ignores controller.quorum.voters, so
+        # several processes would be several one-node clusters: refuse instead of misleading.
+        raise CommandError("only --controllers 1 is supported until the Raft quorum is wired in "
+                           "(issue 3); see docs/architecture.md")
+    work = Path(args.dir).resolve()
+    specs = lc.plan(work, args.controllers, args.base_port)
+    cluster_id = random_uuid_string()
+    processes = []
+    try:
+        for spec in specs:
+            lc.write_config(spec, specs)
+            lc.format_controller(spec, cluster_id, args.metadata_version)
+        for spec in specs:
+            processes.append(lc.start_controller(spec))
+        for p in processes:
+            print(f"controller {p.spec.node_id} listening on {p.address} (pid {p.process.pid}, "
+                  f"logs {p.spec.log_path})")
+        print(f"\nTry: kraftwerk features describe --bootstrap-server {processes[0].address}", flush=True)
+        if not args.exit:
+            _wait_for_interrupt(processes)
+        return EXIT_OK
+    except lc.LocalClusterError as exc:
+        raise CommandError(str(exc)) from None
+    finally:
+        for p in processes:
+            lc.stop_controller(p)
 
 
 def cmd_demo(args) -> int:
+    from server import local_cluster as lc
     from server.storage.meta_properties import random_uuid_string
 
     work = Path(args.dir).resolve()
-    log_dir = work / "controller-1"
-    if log_dir.exists() and not args.keep:
+    spec = lc.plan(work, 1, args.port)[0]
+    if spec.metadata_dir.exists() and not args.keep:
         import shutil
 
-        shutil.rmtree(log_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    config_path = work / "controller-1.properties"
-    config_path.write_text(DEMO_PROPERTIES.format(port=args.port, log_dir=log_dir))
-    exe = [sys.executable, "-m", "server.cli"]
+        shutil.rmtree(spec.metadata_dir)
 
     def step(title: str, argv: list[str], expect_ok: bool = True) -> None:
         print(f"\n$ kraftwerk {' '.join(argv)}    # {title}", flush=True)
-        result = subprocess.run(exe + argv, capture_output=True, text=True, timeout=60)
+        result = lc.run_cli(*argv)
         sys.stdout.write(result.stdout)
         if result.returncode != 0 and expect_ok:
             sys.stdout.write(result.stderr)
             raise CommandError(f"demo step failed: kraftwerk {' '.join(argv)}")
 
-    cluster_id = random_uuid_string()
-    if not (log_dir / "meta.properties").exists():
-        step("format storage at 3.7-IV4", ["storage", "format", "--cluster-id", cluster_id,
-                                            "--metadata-version", "3.7-IV4", "--config", str(config_path)])
-    port_file = work / "controller-1.port"
-    port_file.unlink(missing_ok=True)
-    log_file = open(work / "controller-1.log", "ab")
-    controller = subprocess.Popen(exe + ["controller", "--config", str(config_path), "--port-file", str(port_file)],
-                                  stdout=log_file, stderr=log_file, start_new_session=True)
+    lc.write_config(spec, [spec])
+    if not (spec.metadata_dir / "meta.properties").exists():
+        step("format storage at 3.7-IV4", ["storage", "format", "--cluster-id", random_uuid_string(),
+                                            "--metadata-version", "3.7-IV4", "--config", str(spec.config_path)])
     try:
-        deadline = time.monotonic() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if controller.poll() is not None:
-                raise CommandError(f"the controller exited early; see {work / 'controller-1.log'}")
-            if time.monotonic() > deadline:
-                raise CommandError("the controller did not start within 30 s")
-            time.sleep(0.05)
-        server = f"127.0.0.1:{port_file.read_text().strip()}"
-        print(f"\nController 1 is running on {server} (pid {controller.pid}, logs in {work / 'controller-1.log'}).")
+        controller = lc.start_controller(spec)
+    except lc.LocalClusterError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        server = controller.address
+        print(f"\nController 1 is running on {server} (pid {controller.process.pid}, logs in {spec.log_path}).")
         step("what does the cluster support and run?", ["features", "describe", "--bootstrap-server", server])
         step("would an upgrade to 3.9-IV0 work? (dry run)",
              ["features", "upgrade", "--metadata", "3.9-IV0", "--dry-run", "--bootstrap-server", server])
@@ -399,22 +424,11 @@ def cmd_demo(args) -> int:
               f"  python -m kafka.admin -b {server} cluster describe-features\n"
               f"  kcat -L -b {server}\n"
               f"  kraftwerk features describe --bootstrap-server {server}\n")
-        if args.exit:
-            return EXIT_OK
-        print("Press Ctrl-C to stop the controller.", flush=True)
-        try:
-            controller.wait()
-        except KeyboardInterrupt:
-            pass
+        if not args.exit:
+            _wait_for_interrupt([controller])
         return EXIT_OK
     finally:
-        if controller.poll() is None:
-            controller.send_signal(signal.SIGTERM)
-            try:
-                controller.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                controller.kill()
-        log_file.close()
+        lc.stop_controller(controller)
 
 
 # --------------------------------------------------------------------------
@@ -482,6 +496,16 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--status", action="store_true", default=True)
     mode.add_argument("--replication", action="store_true")
     quorum.set_defaults(func=cmd_metadata_quorum)
+
+    cluster = sub.add_parser("cluster", help="run a local cluster of real processes")
+    cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = cluster_sub.add_parser("up", help="format and start local controllers on 127.0.0.1")
+    up.add_argument("--controllers", type=int, default=1)
+    up.add_argument("--base-port", type=int, default=9093, help="controller N listens on base-port + N - 1")
+    up.add_argument("--dir", default="var/cluster")
+    up.add_argument("--metadata-version", default=None, help="format at this metadata.version")
+    up.add_argument("--exit", action="store_true", help="stop again once everything is up (for scripts)")
+    cluster.set_defaults(func=cmd_cluster_up)
 
     demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
     demo.add_argument("--dir", default="var/demo")

@@ -162,6 +162,7 @@ class Simulation:
         self.proposing = True
         self.codec = WireRecordsCodec() if cfg.wire_codec else PassThroughRecordsCodec()
         self.trace: list[str] = []
+        self.stats: dict[str, int] = {}
         self.touched: set[Node] = set()
         for node in self.nodes.values():
             self.start_node(node)
@@ -228,10 +229,12 @@ class Simulation:
                 if isinstance(op, Append):
                     node.log.append(op.batch)
                 elif isinstance(op, TruncateTo):
+                    self.stats["truncate"] = self.stats.get("truncate", 0) + 1
                     self.majority_dirty = True
                     node.log.truncate_to(op.offset)
                     node.verified_to = min(node.verified_to, node.log.end_offset)
                 elif isinstance(op, InstallSnapshot):
+                    self.stats["install_snapshot"] = self.stats.get("install_snapshot", 0) + 1
                     self.majority_dirty = True
                     self.check_snapshot(node, op.snapshot_id, op.data)
                     node.log.install_snapshot(op.snapshot_id, op.data)
@@ -562,6 +565,7 @@ class Simulation:
             if holders < len(self.voter_ids) // 2 + 1 or not all(
                     self.holds(self.nodes[voter], committed) for voter in self.voter_ids if voter != target.node_id):
                 return
+        self.stats["wipe"] = self.stats.get("wipe", 0) + 1
         self.stop_node(target, graceful=False)
         target.log = MemoryRaftLog()
         target.store = MemoryQuorumStateStore()
@@ -589,6 +593,7 @@ class Simulation:
         data = encode_snapshot(entries)
         self.check_snapshot(node, snapshot_id, data)
         node.log.create_snapshot(snapshot_id, data)
+        self.stats["snapshot"] = self.stats.get("snapshot", 0) + 1
 
     # -- the whole run ----------------------------------------------------------
 

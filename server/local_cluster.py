@@ -1,0 +1,150 @@
+"""Real controller processes on 127.0.0.1, for `kraftwerk demo`, `kraftwerk cluster up`,
+benchmarks and tests.
+
+Owns: writing a node's properties file, formatting its directory with the
+real `kraftwerk storage format`, starting `kraftwerk controller` as a child
+process (ready once it writes its port file), and stopping it (SIGTERM, then
+SIGKILL). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+PORT_FILE_POLL_S = 0.02  # polling a child process's port file: there is no event to wait on
+
+CLI = [sys.executable, "-m", "server.cli"]
+
+
+class LocalClusterError(Exception):
+    """A local process could not be formatted, started or reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSpec:
+    node_id: int
+    port: int
+    directory: Path  # holds the properties file, the log file and the metadata dir
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / f"controller-{self.node_id}.properties"
+
+    @property
+    def metadata_dir(self) -> Path:
+        return self.directory / f"controller-{self.node_id}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / f"controller-{self.node_id}.log"
+
+    @property
+    def port_file(self) -> Path:
+        return self.directory / f"controller-{self.node_id}.port"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class ControllerProcess:
+    spec: ControllerSpec
+    process: subprocess.Popen
+    port: int
+    _log_handle: object = field(repr=False, default=None)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def voters_property(specs: list[ControllerSpec]) -> str:
+    return ",".join(f"{s.node_id}@127.0.0.1:{s.port}" for s in specs)
+
+
+def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict[str, str] | None = None) -> Path:
+    lines = [
+        f"# Controller {spec.node_id}, written by kraftwerk's local cluster tooling.",
+        f"node.id={spec.node_id}",
+        "process.roles=controller",
+        f"listeners=CONTROLLER://127.0.0.1:{spec.port}",
+        f"metadata.log.dir={spec.metadata_dir}",
+    ]
+    if len(voters) > 1:
+        lines.append(f"controller.quorum.voters={voters_property(voters)}")
+    for key, value in (extra or {}).items():
+        lines.append(f"{key}={value}")
+    spec.directory.mkdir(parents=True, exist_ok=True)
+    spec.config_path.write_text("\n".join(lines) + "\n")
+    return spec.config_path
+
+
+def run_cli(*argv: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run(CLI + list(argv), capture_output=True, text=True, timeout=timeout_s)
+
+
+def format_controller(spec: ControllerSpec, cluster_id: str, metadata_version: str | None) -> None:
+    if (spec.metadata_dir / "meta.properties").exists():
+        return
+    argv = ["storage", "format", "--cluster-id", cluster_id, "--config", str(spec.config_path)]
+    if metadata_version:
+        argv += ["--metadata-version", metadata_version]
+    result = run_cli(*argv)
+    if result.returncode != 0:
+        raise LocalClusterError(f"formatting controller {spec.node_id} failed: {result.stderr.strip()}")
+
+
+def start_controller(spec: ControllerSpec) -> ControllerProcess:
+    spec.port_file.unlink(missing_ok=True)
+    handle = open(spec.log_path, "ab")
+    process = subprocess.Popen(
+        CLI + ["controller", "--config", str(spec.config_path), "--port-file", str(spec.port_file)],
+        stdout=handle, stderr=handle, start_new_session=True,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        text = spec.port_file.read_text().strip() if spec.port_file.exists() else ""
+        if text:
+            return ControllerProcess(spec, process, int(text), handle)
+        if process.poll() is not None:
+            handle.close()
+            raise LocalClusterError(f"controller {spec.node_id} exited with {process.returncode}; "
+                                    f"see {spec.log_path}")
+        if time.monotonic() > deadline:
+            process.kill()
+            handle.close()
+            raise LocalClusterError(f"controller {spec.node_id} did not start within {START_TIMEOUT_S:.0f} s")
+        time.sleep(PORT_FILE_POLL_S)
+
+
+def stop_controller(controller: ControllerProcess, kill: bool = False) -> None:
+    process = controller.process
+    if process.poll() is None:
+        if kill:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT_S)
+    if controller._log_handle is not None:
+        controller._log_handle.close()
+        controller._log_handle = None
+
+
+def plan(directory: Path, controllers: int, base_port: int) -> list[ControllerSpec]:
+    return [ControllerSpec(node_id, base_port + node_id - 1, directory) for node_id in range(1, controllers + 1)]

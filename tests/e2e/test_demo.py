@@ -1,0 +1,45 @@
+"""The README's main job, `kraftwerk demo`, and `kraftwerk cluster up`, as a newcomer runs them."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from server.local_cluster import run_cli
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_demo_tells_the_upgrade_story_and_stops_cleanly(tmp_path):
+    result = run_cli("demo", "--exit", "--port", str(free_port()), "--dir", str(tmp_path), timeout_s=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "FinalizedVersionLevel: 3.7-IV4" in out
+    assert "metadata.version can be upgraded to 3.9-IV0." in out
+    assert "metadata.version was upgraded to 3.9-IV0." in out
+    assert "FinalizedVersionLevel: 3.9-IV0" in out
+    assert "Could not downgrade metadata.version to 3.6-IV2." in out
+    assert "metadata.version was downgraded to 3.8-IV0." in out
+    assert "LeaderId:               1" in out
+    # The controller was stopped: its log says so and the port is free again.
+    assert '"event": "server.started"' in (tmp_path / "controller-1.log").read_text()
+
+
+def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_path):
+    port = free_port()
+    result = run_cli("cluster", "up", "--exit", "--base-port", str(port), "--dir", str(tmp_path), timeout_s=120)
+    assert result.returncode == 0, result.stderr
+    assert f"controller 1 listening on 127.0.0.1:{port}" in result.stdout
+
+
+def test_cluster_up_refuses_a_quorum_until_raft_is_wired(tmp_path):
+    result = run_cli("cluster", "up", "--controllers", "3", "--exit", "--dir", str(tmp_path))
+    assert result.returncode == 1
+    assert "only --controllers 1 is supported" in result.stderr
