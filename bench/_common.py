@@ -163,15 +163,36 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(timeout=STOP_TIMEOUT_S)
 
 
+# Where `kraftwerk storage format` puts the metadata log inside a node's --log-dir
+# (server.node.METADATA_LOG_DIR_NAME; not imported, so _common needs no server import).
+METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
+
+
+def random_cluster_id() -> str:
+    """A fresh cluster id from `kraftwerk storage random-uuid`."""
+    return subprocess.run([PYTHON, "-m", "server.cli", "storage", "random-uuid"], cwd=REPO, check=True,
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def kraftwerk_metadata_log_dir(work: Path) -> Path:
+    """The metadata log directory of the controller `kraftwerk_controller(work)` runs (open it after stop)."""
+    return work / "controller-1" / METADATA_LOG_DIR_NAME
+
+
 @contextmanager
-def kraftwerk_controller(work: Path, metadata_version: str = "3.8-IV0", extra_args: list[str] | None = None):
-    """A formatted, running `kraftwerk controller` on 127.0.0.1:<ephemeral>; yields (process, port)."""
+def kraftwerk_controller(work: Path, metadata_version: str = "3.8-IV0", extra_args: list[str] | None = None,
+                         cluster_id: str | None = None):
+    """A formatted, running `kraftwerk controller` on 127.0.0.1:<ephemeral>; yields (process, port).
+
+    `cluster_id`: format with this id (requests that must name the cluster need it);
+    a random one when None.
+    """
     log_dir = work / "controller-1"
     log_path = work / "controller-1.log"
     port_file = work / "controller-1.port"
     cli = [PYTHON, "-m", "server.cli"]
-    cluster_id = subprocess.run(cli + ["storage", "random-uuid"], cwd=REPO, check=True, capture_output=True,
-                                text=True, timeout=60).stdout.strip()
+    if cluster_id is None:
+        cluster_id = random_cluster_id()
     subprocess.run(cli + ["storage", "format", "--cluster-id", cluster_id, "--metadata-version", metadata_version,
                           "--log-dir", str(log_dir)], cwd=REPO, check=True, capture_output=True, timeout=60)
     with open(log_path, "ab") as log_file:

@@ -27,6 +27,7 @@ from server.raft.core import (
     DEFERRED,
     Append,
     InstallSnapshot,
+    NotLeader,
     RaftConfig,
     RaftCore,
     Role,
@@ -62,7 +63,6 @@ class SimConfig:
     jitter_rate: float = 0.0
     propose_interval_ms: int = 20
     faults: tuple[str, ...] = ()
-    fault_count: int = 4
     wire_codec: bool = False
     pre_vote: bool = True
     max_events: int = 400_000
@@ -248,9 +248,9 @@ class Simulation:
             for request in ready.requests:
                 self.send(node.node_id, request.destination, "request", request.api_key, request.body, None)
             for response in ready.responses:
-                source, request_body = response.token
+                requester_incarnation, request_body = response.token
                 self.send(node.node_id, response.destination, "response", response.api_key, request_body,
-                          response.body, incarnation=source)
+                          response.body, incarnation=requester_incarnation)
             core.advance(ready, node.log.flushed_end_offset, self.now)
         deadline = core.next_deadline_ms()
         if deadline is not None:
@@ -361,7 +361,7 @@ class Simulation:
         value = f"v{self.value_counter}".encode()
         result = node.core.propose([value], self.now)
         self.drain(node)
-        if isinstance(result, tuple):
+        if not isinstance(result, NotLeader):
             self.proposals.append((result[0], result[1], value))
             return result
         return None
