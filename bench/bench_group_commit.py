@@ -334,7 +334,6 @@ class CellResult:
     p50_us: float
     p99_us: float
     total_acked: int
-    total_batches: int
     server_cpu_s: float
     floor_fsyncs_per_s: float
 
@@ -358,7 +357,6 @@ def run_cell(parent: Path, group_commit: bool, connections: int, args, batch_byt
         p50_us=common.percentile(run.window_latencies_s, 0.50) * 1e6,
         p99_us=common.percentile(run.window_latencies_s, 0.99) * 1e6,
         total_acked=len(run.acked),
-        total_batches=sum(1 for batch in batches if batch.register_broker_records),
         server_cpu_s=server_cpu_s, floor_fsyncs_per_s=floor_rate,
     )
 
