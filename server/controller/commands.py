@@ -334,15 +334,13 @@ def register_broker(
             return _registration_error(ErrorCode.INVALID_REGISTRATION, "Reserved directory ID in request")
         if len(set(log_dirs)) != len(log_dirs):
             return _registration_error(ErrorCode.INVALID_REGISTRATION, "Duplicate directory ID in request")
-        for other in state.brokers.values():
-            if other.broker_id == broker_id:
-                continue
-            for directory in log_dirs:
-                if directory in other.log_dirs:
-                    return _registration_error(
-                        ErrorCode.INVALID_REGISTRATION,
-                        f"Broker {other.broker_id} is already registered with directory {directory}",
-                    )
+        for directory in log_dirs:
+            owner = state.directory_owner(directory)
+            if owner is not None and owner != broker_id:
+                return _registration_error(
+                    ErrorCode.INVALID_REGISTRATION,
+                    f"Broker {owner} is already registered with directory {directory}",
+                )
 
     finalized = state.all_finalized_levels()
     requested: list[tuple[str, SupportedRange]] = [

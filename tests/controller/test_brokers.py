@@ -281,3 +281,21 @@ def test_bootstrap_refuses_bad_levels():
         cmd.bootstrap_records(20, {"kraft.version": 1})
     with pytest.raises(ValueError):
         cmd.bootstrap_records(22, {"nope": 1})
+
+
+def test_a_log_directory_is_free_again_after_its_broker_unregisters_or_moves_on():
+    cluster = Cluster.bootstrapped(mv_level=22)
+    shared = uuid.UUID(int=(5 << 64) | 1)
+    other = uuid.UUID(int=(6 << 64) | 1)
+    assert cluster.register(1, uuid.uuid4(), log_dirs=[shared]).response["error_code"] == ErrorCode.NONE
+    taken = cluster.register(2, uuid.uuid4(), log_dirs=[shared])
+    assert taken.response["error_code"] == ErrorCode.INVALID_REGISTRATION
+    assert "Broker 1 is already registered with directory" in taken.error_message
+    assert cluster.unregister(1).response["error_code"] == ErrorCode.NONE
+    assert cluster.register(2, uuid.uuid4(), log_dirs=[shared]).response["error_code"] == ErrorCode.NONE
+    # Broker 2 registers again (new incarnation) with another directory: the old one is released.
+    cluster.now_ms += 10 * cluster.config.session_timeout_ms  # its old session has expired
+    cluster.expire()
+    assert cluster.register(2, uuid.uuid4(), log_dirs=[other]).response["error_code"] == ErrorCode.NONE
+    assert cluster.register(3, uuid.uuid4(), log_dirs=[shared]).response["error_code"] == ErrorCode.NONE
+    assert cluster.state.directory_owner(shared) == 3 and cluster.state.directory_owner(other) == 2

@@ -162,4 +162,8 @@ def test_random_command_sequences_replay_to_the_same_state(mv_level, commands):
         assert cluster.state.metadata_version >= 4
         for broker in cluster.state.brokers.values():
             assert broker.epoch <= broker.registration_offset
+        # The directory index always matches the registrations it is derived from.
+        for broker in cluster.state.brokers.values():
+            for directory in broker.log_dirs:
+                assert cluster.state.directory_owner(directory) == broker.broker_id
     assert cluster.replayed_from_scratch() == cluster.state
