@@ -27,7 +27,7 @@ from server.apis import controller_apis
 from server.config import ServerConfig
 from server.controller import commands
 from server.controller.commands import ControllerConfig
-from server.controller.features import local_supported_features
+from server.controller.features import local_supported_features, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, monotonic_ms, wall_clock_ms
 from server.controller.snapshot import SnapshotRecoveryError, recover_state, take_snapshot
 from server.controller.state import BrokerHeartbeatTracker
@@ -151,6 +151,20 @@ class ControllerNode:
                 self.metadata_log.close()
                 raise StartupError(f"{directory} has no {BOOTSTRAP_CHECKPOINT} and an empty log; "
                                    "re-run `kraftwerk storage format`")
+        finalized = self.state.all_finalized_levels()
+        for item in self._bootstrap_records or ():
+            if item.name == "FeatureLevelRecord":
+                finalized[item.data["name"]] = item.data["feature_level"]
+        reasons = unsupported_finalized_levels(finalized, self.controller_config.supported_features)
+        if reasons:
+            # KIP-778: software that cannot read the finalized metadata must not serve it.
+            self.metadata_log.close()
+            raise StartupError(
+                f"controller {self.config.node_id} cannot run this cluster's finalized features: "
+                + "; ".join(reasons)
+                + ". Run a release that supports them (or, for unstable levels, set "
+                "unstable.feature.versions.enable=true)."
+            )
         self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
         self.controller = ControllerLoop(
             self.metadata_log, self.state, self.tracker, SINGLE_NODE_LEADER_EPOCH,

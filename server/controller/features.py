@@ -292,3 +292,22 @@ def local_supported_features(unstable_enabled: bool) -> NodeFeatures:
     for name, spec in FEATURES.items():
         ranges[name] = SupportedRange(0, spec.latest_testing if unstable_enabled else spec.latest_production)
     return MappingProxyType(ranges)
+
+
+def unsupported_finalized_levels(finalized: Mapping[str, int], supported: NodeFeatures) -> list[str]:
+    """Why this node cannot run the finalized levels, one reason per feature (empty: it can).
+
+    KIP-778: a controller whose software does not support a finalized level must not
+    go on (it could not read the records written under it)."""
+    reasons = []
+    for name, level in sorted(finalized.items()):
+        if level == 0:
+            continue
+        supported_range = supported.get(name, DISABLED)
+        if not supported_range.contains(level):
+            shown = f"{level}"
+            if name == METADATA_VERSION:
+                found = find_metadata_version(level)
+                shown = f"{level} ({found})" if found is not None else shown
+            reasons.append(f"{name} is finalized at {shown}, but this node supports {supported_range}")
+    return reasons

@@ -85,3 +85,17 @@ def test_local_supported_features():
     assert production["transaction.version"] == ft.SupportedRange(0, 2)
     assert str(ft.SupportedRange(1, 22)) == "1-22"
     assert str(ft.SupportedRange(3, 3)) == "3"
+
+
+def test_unsupported_finalized_levels_names_each_feature_and_range():
+    from server.controller.features import local_supported_features, unsupported_finalized_levels
+
+    production = local_supported_features(False)
+    assert unsupported_finalized_levels({"metadata.version": 22, "group.version": 1}, production) == []
+    reasons = unsupported_finalized_levels({"metadata.version": 25, "transaction.version": 2,
+                                            "made.up.feature": 1, "group.version": 0}, production)
+    assert reasons == [
+        "made.up.feature is finalized at 1, but this node supports 0",
+        "metadata.version is finalized at 25 (4.0-IV3), but this node supports 1-22",
+    ]
+    assert unsupported_finalized_levels({"metadata.version": 25}, local_supported_features(True)) == []

@@ -214,3 +214,25 @@ def test_second_controller_on_a_directory_in_use_exits_1_without_a_traceback(con
     assert "Traceback" not in result.stderr, result.stderr
     controller.assert_alive()
     assert describe_lines(controller)["Feature: metadata.version"].endswith("Epoch: 0")
+
+
+def test_a_controller_that_cannot_run_the_finalized_metadata_version_refuses_to_start(tmp_path):
+    # Formatted at an unstable level (4.0-IV3 = 25) by a node that allows unstable levels,
+    # then started as software that does not: KIP-778 says it must stop, clearly.
+    log_dir = tmp_path / "metadata"
+    cluster_id = new_cluster_id()
+    result = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", "4.0-IV3",
+                     "--log-dir", str(log_dir), timeout_s=30)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0",
+                     "--port-file", str(tmp_path / "port"), timeout_s=30)
+    assert result.returncode == 1
+    assert "metadata.version is finalized at 25 (4.0-IV3), but this node supports 1-22" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "port").exists()
+    # The same directory starts on software that supports the level.
+    controller = start_controller(log_dir, cluster_id, overrides=("unstable.feature.versions.enable=true",))
+    try:
+        assert controller.process.poll() is None
+    finally:
+        controller.stop()

@@ -1,0 +1,327 @@
+"""The Raft core's log, backed by the real metadata log and snapshot files.
+
+Owns: `MetadataRaftLog`, the `RaftLog` the core reads (over `MetadataLog` and
+the `.checkpoint` files in the same directory), the application of a Ready's
+log operations (truncate, append, install a snapshot) and of compaction, an
+in-memory cache of the log tail, and `StoredRecordsCodec`, which carries a
+batch's stored bytes through the core so a leader serves Fetch with the bytes
+it wrote and a follower appends exactly the bytes it fetched.
+
+Rules kept here:
+- Mutations are async and run their blocking file I/O in a worker thread
+  (`trio.to_thread`); only the driver task calls them, never between the
+  core's `ready()` and `advance()` from anywhere else, so the core never sees
+  the log change in the middle of a step.
+- Every append is durable when it returns (MetadataLog fsyncs), so the
+  driver's flushed end offset is always the log's end offset. Consecutive
+  appends of one Ready are written with one `append_raw` (one fsync).
+- An installed snapshot is written to its `.checkpoint` file (verified,
+  fsynced, renamed) *before* the log is reset to it: a crash in between
+  leaves a snapshot past the log end, which start-up recovery finishes.
+- The read side the core calls is synchronous (the core is sans-I/O and
+  cannot await). The steady state is served from the tail cache (what was
+  just appended); only a fetch from further back, or a snapshot chunk, reads
+  the disk on the event loop, bounded by the fetch/chunk size.
+- The tail cache only ever holds a contiguous run of whole batches ending at
+  the log end, and is bounded in bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from protocol.record_batch import decode_batch, encode_batch, peek_batch_length
+from server.observability import get_logger
+from server.raft.core import Append, InstallSnapshot, LogOp, TruncateTo
+from server.raft.log import Batch, EpochEndOffset, SnapshotId, end_offset_for_epoch_in
+from server.storage.log import MetadataLog
+from server.storage.snapshot import SnapshotConfig, SnapshotReceiver, delete_snapshots_before, latest_snapshot
+from server.storage.snapshot import SnapshotId as StoredSnapshotId
+from server.storage.snapshot import UnknownSnapshotError, read_chunk, snapshot_path
+
+_log = get_logger("raft.storage")
+
+DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
+
+
+class StoredBatch(Batch):
+    """A `Batch` that also carries its encoded bytes (`raw`), as stored or as fetched.
+
+    A plain subclass (not a new NamedTuple) so the core handles it as a Batch;
+    the bytes ride along in the instance dict.
+    """
+
+    raw: bytes
+
+
+def stored_batch(batch: Batch, raw: bytes) -> StoredBatch:
+    result = StoredBatch(*batch)
+    result.raw = raw
+    return result
+
+
+def raw_bytes(batch: Batch) -> bytes:
+    """The batch's wire bytes: the stored ones if it has them, else freshly encoded."""
+    raw = getattr(batch, "raw", None)
+    if raw is not None:
+        return raw
+    return encode_batch(batch.base_offset, batch.epoch, batch.values, batch.timestamp_ms, batch.control_type)
+
+
+def decode_stored(data: bytes | bytearray | memoryview, max_batch_bytes: int = 1 << 31) -> list[StoredBatch]:
+    """Whole verified batches of `data` with their bytes; an incomplete last batch is dropped
+    (a leader may cut a Fetch response short)."""
+    out: list[StoredBatch] = []
+    view = memoryview(data)
+    position = 0
+    # Bounded: each round consumes one batch of at least HEADER_BYTES, or stops.
+    while position < len(view):
+        size = peek_batch_length(view, position, max_batch_bytes=max_batch_bytes)
+        if size is None or position + size > len(view):
+            break
+        decoded, end = decode_batch(view, position, max_batch_bytes=max_batch_bytes)
+        batch = Batch(decoded.base_offset, decoded.leader_epoch, tuple(v or b"" for v in decoded.values),
+                      decoded.control_type, decoded.base_timestamp_ms)
+        out.append(stored_batch(batch, bytes(view[position:end])))
+        position = end
+    return out
+
+
+class StoredRecordsCodec:
+    """Record batch v2 on the wire, passing stored bytes through untouched.
+
+    A leader's read returns `StoredBatch`es, so Fetch responses carry the
+    exact bytes of the log (headers and timestamps included, no re-encoding);
+    a follower's decoded batches keep their bytes for `append_raw`.
+    """
+
+    def encode(self, batches: Sequence[Batch]) -> object:
+        return b"".join(raw_bytes(batch) for batch in batches)
+
+    def decode(self, records: object) -> list[Batch]:
+        if not records:
+            return []
+        assert isinstance(records, (bytes, bytearray, memoryview))
+        return list(decode_stored(records))
+
+
+def to_stored_id(snapshot_id: SnapshotId) -> StoredSnapshotId:
+    return StoredSnapshotId(snapshot_id.end_offset, snapshot_id.epoch)
+
+
+def to_raft_id(snapshot_id: StoredSnapshotId | None) -> SnapshotId | None:
+    return None if snapshot_id is None else SnapshotId(snapshot_id.end_offset, snapshot_id.epoch)
+
+
+@dataclass(slots=True)
+class AppliedOps:
+    """What applying a Ready's log operations did, for the driver's events."""
+
+    appended_batches: int = 0
+    truncated_to: list[int] = field(default_factory=list)
+    installed: list[SnapshotId] = field(default_factory=list)
+
+
+class MetadataRaftLog:
+    """See the module docstring. The MetadataLog stays owned (opened, closed) by the caller."""
+
+    def __init__(self, log: MetadataLog, snapshot_config: SnapshotConfig | None = None,
+                 tail_cache_bytes: int = DEFAULT_TAIL_CACHE_BYTES) -> None:
+        if tail_cache_bytes < 0:
+            raise ValueError("tail_cache_bytes must not be negative")
+        self.metadata_log = log
+        self.directory = log.directory
+        self._snapshot_config = snapshot_config or SnapshotConfig()
+        self._latest_snapshot = to_raft_id(latest_snapshot(self.directory))
+        self._tail_cache_bytes = tail_cache_bytes
+        self._cache: list[StoredBatch] = []
+        self._cache_offsets: list[int] = []
+        self._cached_bytes = 0
+
+    # ------------------------------------------------------------------
+    # RaftLog (what the core reads)
+    # ------------------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return self.metadata_log.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.metadata_log.end_offset
+
+    @property
+    def last_epoch(self) -> int:
+        return self.metadata_log.last_epoch
+
+    def epoch_before(self, offset: int) -> int:
+        log = self.metadata_log
+        start = log.start_offset
+        assert start <= offset <= log.end_offset, (offset, start, log.end_offset)
+        if offset == start:
+            return (log.epoch_before_start or 0) if start > 0 else 0
+        entries = log.epoch_start_offsets()
+        index = bisect_right([entry.start_offset for entry in entries], offset - 1) - 1
+        if index < 0:
+            return log.epoch_before_start or 0
+        return entries[index].epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+        # The same (epoch, start) list MemoryRaftLog builds, so divergence
+        # answers match the simulator's: the snapshot's epoch starts the list.
+        log = self.metadata_log
+        starts: list[tuple[int, int]] = []
+        start = log.start_offset
+        if start > 0 and log.epoch_before_start is not None:
+            starts.append((log.epoch_before_start, start))
+        for entry in log.epoch_start_offsets():
+            if not starts or entry.epoch > starts[-1][0]:
+                starts.append((entry.epoch, entry.start_offset))
+        return end_offset_for_epoch_in(starts, log.end_offset, epoch)
+
+    def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
+        end = self.metadata_log.end_offset
+        if from_offset >= end:
+            return []
+        cache = self._cache
+        if cache and cache[0].base_offset <= from_offset and cache[-1].next_offset == end:
+            index = bisect_right(self._cache_offsets, from_offset) - 1
+            out: list[Batch] = []
+            budget = 0
+            for batch in cache[index:]:
+                if out and budget + len(batch.raw) > max_bytes:
+                    break
+                out.append(batch)
+                budget += len(batch.raw)
+            return out
+        # Cold read (a follower far behind): bounded by max_bytes, from the page cache mostly.
+        return list(decode_stored(self.metadata_log.read_raw(from_offset, max_bytes)))
+
+    def latest_snapshot_id(self) -> SnapshotId | None:
+        return self._latest_snapshot
+
+    def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
+        try:
+            return os.stat(snapshot_path(self.directory, to_stored_id(snapshot_id))).st_size
+        except FileNotFoundError:
+            return None
+
+    def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes | None:
+        if max_bytes <= 0:
+            return b""
+        try:
+            return read_chunk(self.directory, to_stored_id(snapshot_id), position, max_bytes)
+        except UnknownSnapshotError:
+            return None
+
+    # ------------------------------------------------------------------
+    # Mutations (the driver task only)
+    # ------------------------------------------------------------------
+
+    async def apply(self, ops: Sequence[LogOp]) -> AppliedOps:
+        """Applies a Ready's log operations in order; appends are durable on return."""
+        applied = AppliedOps()
+        index = 0
+        # Bounded by len(ops): every round consumes at least one operation.
+        while index < len(ops):
+            op = ops[index]
+            if isinstance(op, Append):
+                run: list[Batch] = []
+                while index < len(ops) and isinstance(ops[index], Append):
+                    run.append(ops[index].batch)
+                    index += 1
+                stored = await trio.to_thread.run_sync(self._append_sync, run)
+                self._cache_add(stored)
+                applied.appended_batches += len(stored)
+                continue
+            index += 1
+            if isinstance(op, TruncateTo):
+                await trio.to_thread.run_sync(self.metadata_log.truncate_to, op.offset)
+                self._cache_truncate(self.metadata_log.end_offset)
+                applied.truncated_to.append(op.offset)
+            elif isinstance(op, InstallSnapshot):
+                await trio.to_thread.run_sync(self._install_sync, op.snapshot_id, op.data)
+                self._cache_clear()
+                self._latest_snapshot = op.snapshot_id
+                applied.installed.append(op.snapshot_id)
+            else:  # pragma: no cover - the core has no other operation
+                raise TypeError(f"unknown log operation {op!r}")
+        return applied
+
+    async def compact(self, snapshot_id: SnapshotId) -> int:
+        """Makes `snapshot_id` (a completed snapshot file of committed state) the latest
+        snapshot, moves the log start up to it and deletes older snapshots. Returns the new
+        log start (rounded down to a batch boundary, see MetadataLog.delete_before)."""
+        if self.snapshot_size(snapshot_id) is None:
+            raise ValueError(f"no snapshot file for {snapshot_id} in {self.directory}")
+        if snapshot_id.end_offset > self.metadata_log.end_offset:
+            raise ValueError(f"snapshot {snapshot_id} ends beyond the log end {self.metadata_log.end_offset}")
+        if snapshot_id.end_offset > self.metadata_log.start_offset:
+            epoch = self.epoch_before(snapshot_id.end_offset)
+            if epoch != snapshot_id.epoch:
+                raise ValueError(f"snapshot {snapshot_id} does not match the log (epoch {epoch} at its end)")
+        if self._latest_snapshot is None or snapshot_id > self._latest_snapshot:
+            self._latest_snapshot = snapshot_id
+        start = await trio.to_thread.run_sync(self.metadata_log.delete_before, snapshot_id.end_offset)
+        await trio.to_thread.run_sync(delete_snapshots_before, self.directory, to_stored_id(snapshot_id))
+        self._cache_drop_below(start)
+        return start
+
+    def _append_sync(self, batches: list[Batch]) -> list[StoredBatch]:
+        stored = [batch if getattr(batch, "raw", None) is not None else stored_batch(batch, raw_bytes(batch))
+                  for batch in batches]
+        self.metadata_log.append_raw(b"".join(batch.raw for batch in stored))  # type: ignore[attr-defined]
+        return stored  # type: ignore[return-value]
+
+    def _install_sync(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        stored_id = to_stored_id(snapshot_id)
+        if not os.path.exists(snapshot_path(self.directory, stored_id)):
+            # Verified in full before the rename; a corrupt transfer raises (and stops the node).
+            with SnapshotReceiver(self.directory, stored_id, len(data), self._snapshot_config) as receiver:
+                receiver.write(0, data)
+                receiver.finish()
+        self.metadata_log.reset_to(snapshot_id.end_offset, snapshot_id.epoch)
+        delete_snapshots_before(self.directory, stored_id)
+
+    # -- the tail cache ---------------------------------------------------------
+
+    def _cache_add(self, batches: list[StoredBatch]) -> None:
+        if not self._tail_cache_bytes or not batches:
+            return
+        if self._cache and self._cache[-1].next_offset != batches[0].base_offset:
+            self._cache_clear()
+        for batch in batches:
+            self._cache.append(batch)
+            self._cache_offsets.append(batch.base_offset)
+            self._cached_bytes += len(batch.raw)
+        drop = 0
+        # Keep at least the newest batch; drop the oldest beyond the byte bound.
+        while len(self._cache) - drop > 1 and self._cached_bytes > self._tail_cache_bytes:
+            self._cached_bytes -= len(self._cache[drop].raw)
+            drop += 1
+        if drop:
+            del self._cache[:drop]
+            del self._cache_offsets[:drop]
+
+    def _cache_truncate(self, end_offset: int) -> None:
+        while self._cache and self._cache[-1].next_offset > end_offset:
+            self._cached_bytes -= len(self._cache.pop().raw)
+            self._cache_offsets.pop()
+
+    def _cache_drop_below(self, start_offset: int) -> None:
+        drop = 0
+        while drop < len(self._cache) and self._cache[drop].base_offset < start_offset:
+            self._cached_bytes -= len(self._cache[drop].raw)
+            drop += 1
+        del self._cache[:drop]
+        del self._cache_offsets[:drop]
+
+    def _cache_clear(self) -> None:
+        self._cache.clear()
+        self._cache_offsets.clear()
+        self._cached_bytes = 0
