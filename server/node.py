@@ -14,7 +14,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from server.handlers import api_versions
 from server.net.listener import serve_listener
 from server.observability import Event, Metrics, get_logger
 from server.storage.log import LogConfig, MetadataLog
+from server.storage.durable import write_file_atomically
 from server.storage.meta_properties import read_meta_properties
 from server.storage.snapshot import latest_snapshot
 
@@ -63,17 +63,7 @@ def write_bootstrap_checkpoint(directory: Path, records) -> Path:
     """Writes the format-time records as one record batch, atomically."""
     data = encode_batch(0, 0, [encode_metadata_record(r) for r in records], 0)
     path = directory / BOOTSTRAP_CHECKPOINT
-    temporary = directory / (BOOTSTRAP_CHECKPOINT + ".tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_file_atomically(path, data)
     return path
 
 

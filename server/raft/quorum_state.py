@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 from protocol.raft_records import QUORUM_STATE_DATA
+from server.storage.durable import write_file_atomically
 
 QUORUM_STATE_FILE_NAME = "quorum-state"
 # Version 0 of QuorumStateData (the static-voters layout).
@@ -105,25 +106,7 @@ def write_quorum_state(
     """Writes atomically and durably: tmp file, fsync, rename, fsync the directory."""
     directory = os.fspath(directory)
     path = os.path.join(directory, QUORUM_STATE_FILE_NAME)
-    tmp_path = path + ".tmp"
-    data = encode_quorum_state(state, cluster_id, voters)
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        # Each round writes at least one byte or raises.
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp_path, path)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
+    write_file_atomically(path, encode_quorum_state(state, cluster_id, voters))
 
 class FileQuorumStateStore:
     """The durable store a trio driver uses (call `write` from a worker thread)."""

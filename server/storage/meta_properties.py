@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from server.storage.durable import write_file_atomically
 
 META_PROPERTIES_FILE_NAME = "meta.properties"
 KRAFT_META_VERSION = 1
@@ -255,19 +256,4 @@ def write_meta_properties(directory: str | os.PathLike[str], meta: MetaPropertie
     """Atomically replaces `directory`/meta.properties (temp file, fsync, rename, fsync dir)."""
     directory = os.fspath(directory)
     path = os.path.join(directory, META_PROPERTIES_FILE_NAME)
-    temp_path = path + ".tmp"
-    data = format_properties(meta.to_properties()).encode("latin-1")
-    fd = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp_path, path)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_file_atomically(path, format_properties(meta.to_properties()).encode("latin-1"))

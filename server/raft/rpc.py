@@ -1,0 +1,56 @@
+"""Inbound KRaft RPCs: Vote (52), BeginQuorumEpoch (53), EndQuorumEpoch (54),
+Fetch (1) and FetchSnapshot (59), handed to the node's `RaftDriver`.
+
+Owns: which node a request comes from (the core needs the sender's id) and
+the dispatcher-facing handler. The answer itself is the core's, given by the
+driver once the state it depends on is durable.
+
+Rules kept here:
+- The sender is read from the request body, as Kafka does: the candidate
+  (Vote), the leader (Begin/EndQuorumEpoch), the replica (Fetch's
+  ReplicaState, or ReplicaId before v15; FetchSnapshot's ReplicaId).
+- Never raises for a live driver: a driver that is not running, or does not
+  answer within its bound, gives a top-level error the requester retries.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from server.raft.driver import RaftDriver, error_response
+from server.raft.messages import ApiKey, Body
+
+RAFT_API_KEYS = frozenset(int(key) for key in ApiKey)
+
+
+def sender_of(api_key: int, body: Body) -> int:
+    """The id of the node that sent a KRaft request (-1 if the body names none)."""
+    if api_key == ApiKey.FETCH:
+        state = body.get("replica_state") or {}
+        replica = state.get("replica_id", -1)
+        if replica is None or replica < 0:
+            replica = body.get("replica_id", -1)
+        return -1 if replica is None else int(replica)
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        return int(body.get("replica_id", -1))
+    topics = body.get("topics") or []
+    partitions = topics[0].get("partitions") or [] if topics else []
+    if not partitions:
+        return -1
+    partition = partitions[0]
+    if api_key == ApiKey.VOTE:
+        return int(partition.get("candidate_id", -1))
+    return int(partition.get("leader_id", -1))
+
+
+async def handle(driver: RaftDriver | None, api_key: int, body: Body) -> Body:
+    """The response body for one inbound KRaft request."""
+    if api_key not in RAFT_API_KEYS:
+        raise ValueError(f"api key {api_key} is not a KRaft RPC")
+    if driver is None or not driver.running:
+        return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
+    return await driver.handle_request(sender_of(api_key, body), api_key, body)
+
+
+async def serve(ctx, request) -> Body:
+    """Dispatcher handler (async) for keys 1, 52, 53, 54, 59: uses `ctx.node.raft_driver`."""
+    return await handle(getattr(ctx.node, "raft_driver", None), ctx.api_key, request)
