@@ -1,15 +1,18 @@
 """A controller node: storage, state, the controller loop and the listener, wired.
 
 Owns: start-up (read meta.properties, open and recover the metadata log,
-replay it, write the bootstrap records on the very first start), the
-read-only views the handlers use, and the trio tasks of a running node
-(listener, controller loop, broker-session timer).
+load the latest snapshot and replay the log after it, write the bootstrap
+records on the very first start), the read-only views the handlers use,
+snapshot scheduling, and the trio tasks of a running node (listener,
+controller loop, broker-session timer).
 
 Rules kept here:
 - Start-up replays through the same `ControllerState.replay` as live
   commits, so a restart rebuilds exactly the state that was acknowledged.
-- A node refuses to start on an unformatted directory or a cluster/node id
-  mismatch, with a message that says which command fixes it.
+- A node refuses to start on an unformatted directory, a cluster/node id
+  mismatch, a locked log, a missing or corrupt bootstrap checkpoint, or
+  finalized feature levels its software cannot run (KIP-778), with a message
+  that says what to do.
 """
 
 from __future__ import annotations
