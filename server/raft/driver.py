@@ -241,6 +241,7 @@ class RaftDriver:
         self.appends = 0
         self.appended_batches = 0
         self.quorum_state_writes = 0
+        self.requests_sent: dict[ApiKey, int] = {key: 0 for key in ApiKey}
 
     # ------------------------------------------------------------------
     # State (plain reads, any task)
@@ -273,7 +274,26 @@ class RaftDriver:
 
     @property
     def log_end_offset(self) -> int:
+        """End of the durable log (what this node has appended and fsynced)."""
         return self.storage.end_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next proposal gets on the leader (includes accepted, unwritten proposals)."""
+        return self._core.end_offset if self._core is not None else self.storage.end_offset
+
+    @property
+    def epoch_start_offset(self) -> int:
+        """On the leader: the offset of its epoch's LeaderChange record (-1 otherwise)."""
+        core = self._core
+        return core.epoch_start_offset if core is not None and core.role is Role.LEADER else -1
+
+    @property
+    def leader_ready(self) -> bool:
+        """Leader whose high watermark passed its epoch start: everything before its epoch is
+        committed, so a controller that has replayed up to the high watermark may accept writes."""
+        core = self._core
+        return core is not None and core.role is Role.LEADER and core.leader_high_watermark is not None
 
     def describe(self) -> QuorumInfo:
         if self._core is None:
@@ -359,6 +379,7 @@ class RaftDriver:
                         return
                     raise NotLeaderError(self.leader_id, self.epoch)
             if not self._running:
+                await trio.lowlevel.checkpoint_if_cancelled()
                 raise DriverStopped("the raft driver stopped")
             await self._changed.wait()
 
@@ -373,6 +394,8 @@ class RaftDriver:
             with trio.move_on_after(bound_s):
                 await self._submit(_Request(sender_id, int(api_key), body, reply))
                 await reply.event.wait()
+        except DriverStopped:
+            return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
         finally:
             self._outstanding.discard(reply)
         if not reply.event.is_set():
@@ -415,7 +438,10 @@ class RaftDriver:
     async def _submit(self, item) -> None:
         if not self._running:
             raise DriverStopped("the raft driver is not running")
-        await self._send_channel.send(item)
+        try:
+            await self._send_channel.send(item)
+        except trio.ClosedResourceError:
+            raise DriverStopped("the raft driver stopped") from None
 
     # ------------------------------------------------------------------
     # The driver task
@@ -447,6 +473,8 @@ class RaftDriver:
             for reply, _ in self._held:
                 reply.fail(DriverStopped("the raft driver stopped"))
             self._held = []
+            # Wakes submitters blocked on a full channel (ClosedResourceError -> DriverStopped).
+            self._send_channel.close()
             self._fail_queued()
             self._notify()
             _log.info(RAFT_DRIVER_STOPPED, node_id=self.config.node_id)
@@ -587,6 +615,7 @@ class RaftDriver:
         nursery = self._nursery
         assert nursery is not None
         for request in ready.requests:
+            self.requests_sent[ApiKey(request.api_key)] += 1
             nursery.start_soon(self._exchange, request.destination, int(request.api_key), request.body)
 
     def _note_leadership_end(self) -> None:
@@ -682,5 +711,7 @@ class CommittedReader:
                 if out:
                     return out
             if not driver.running and driver._core is not None:
+                # A reader cancelled together with the driver gets its Cancelled, not this.
+                await trio.lowlevel.checkpoint_if_cancelled()
                 raise DriverStopped("the raft driver stopped")
             await changed.wait()

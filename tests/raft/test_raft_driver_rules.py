@@ -1,0 +1,87 @@
+"""RaftDriver rules that need no network: a single-voter quorum over a real log,
+and "persist before answering" for a vote grant."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import trio
+
+from server.net.peer import PeerAddress
+from server.raft.core import RaftConfig, Role
+from server.raft.driver import CommittedBatch, RaftDriver
+from server.raft.messages import ApiKey, vote_request
+from server.raft.quorum_state import FileQuorumStateStore, QuorumState
+from server.raft.storage import MetadataRaftLog
+from server.storage.log import MetadataLog
+
+CLUSTER = "rules-cluster-AAAAAAAAAA"
+
+
+async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(tmp_path):
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200)
+    epochs = []
+    for incarnation in range(2):
+        log = MetadataLog.open(tmp_path)
+        try:
+            driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                                random.Random(incarnation))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(driver.run)
+                with trio.fail_after(10):
+                    while not driver.leader_ready:
+                        await driver.wait_changed()
+                    epochs.append(driver.epoch)
+                    base, epoch = await driver.propose([f"value-{incarnation}".encode()])
+                    await driver.wait_committed(base, epoch)
+                    seen = []
+                    reader = driver.committed_reader(0)
+                    while not seen or seen[-1].next_offset < driver.high_watermark:
+                        seen.extend(await reader.next())
+                nursery.cancel_scope.cancel()
+        finally:
+            log.close()
+        data = [value for batch in seen if isinstance(batch, CommittedBatch) and batch.control_type is None
+                for value in batch.values]
+        assert data == [f"value-{index}".encode() for index in range(incarnation + 1)]
+    # A leader that restarts never continues its old epoch.
+    assert epochs[1] > epochs[0] >= 1
+
+
+class SlowRecordingStore(FileQuorumStateStore):
+    """A quorum-state store whose fsync is slow, recording when writes finish."""
+
+    def __init__(self, *args, events: list, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.events = events
+
+    def write(self, state: QuorumState) -> None:
+        # Stands in for a slow disk: the answer must still wait for this write.
+        time.sleep(0.05)
+        super().write(state)
+        self.events.append(("persisted", state))
+
+
+async def test_a_vote_is_answered_only_after_it_is_durable(tmp_path):
+    voters = frozenset({1, 2, 3})
+    events: list = []
+    log = MetadataLog.open(tmp_path)
+    try:
+        store = SlowRecordingStore(tmp_path, CLUSTER, voters, events=events)
+        # The peers are unreachable; only the inbound Vote matters here.
+        peers = {2: PeerAddress(2, "127.0.0.1", 1), 3: PeerAddress(3, "127.0.0.1", 1)}
+        config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=60_000)
+        driver = RaftDriver(config, MetadataRaftLog(log), store, peers, random.Random(5))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            with trio.fail_after(10):
+                answer = await driver.handle_request(
+                    2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False))
+            events.append(("answered", answer["topics"][0]["partitions"][0]["vote_granted"]))
+            assert driver.role is Role.UNATTACHED and driver.epoch == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert events == [("persisted", QuorumState(epoch=1, voted_id=2)), ("answered", True)]
