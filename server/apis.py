@@ -65,6 +65,8 @@ def controller_apis() -> dict[int, ServedApi]:
         update_features,
     )
 
+    from server.raft import rpc
+
     table = [
         served(18, 0, 4, api_versions.handle),
         served(3, 0, 12, metadata.handle),
@@ -74,5 +76,11 @@ def controller_apis() -> dict[int, ServedApi]:
         served(62, 0, 4, broker_registration.handle, is_async=True),
         served(63, 0, 1, broker_heartbeat.handle, is_async=True),
         served(64, 0, 0, unregister_broker.handle, is_async=True),
+        # KRaft RPCs between controllers (and, with issue 4, broker observers).
+        served(1, 17, 17, rpc.serve, is_async=True),
+        served(52, 0, 1, rpc.serve, is_async=True),
+        served(53, 0, 1, rpc.serve, is_async=True),
+        served(54, 0, 1, rpc.serve, is_async=True),
+        served(59, 0, 1, rpc.serve, is_async=True),
     ]
     return {api.api_key: api for api in table}

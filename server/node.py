@@ -17,6 +17,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,26 +27,29 @@ from protocol.errors import DecodeError
 from protocol.record_batch import decode_batches, encode_batch
 from protocol.records import decode_metadata_record, encode_metadata_record
 from server.apis import controller_apis
-from server.config import ServerConfig
+from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
 from server.controller.features import local_supported_features, unsupported_finalized_levels
-from server.controller.loop import ControllerLoop, monotonic_ms, wall_clock_ms
-from server.controller.snapshot import SnapshotRecoveryError, recover_state, take_snapshot
+from server.controller.loop import ControllerLoop, NotControllerError, wall_clock_ms
+from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot, write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.handlers import api_versions
 from server.net.listener import serve_listener
+from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
-from server.storage.log import LogConfig, MetadataLog
+from server.raft.core import RaftConfig
+from server.raft.driver import RaftDriver
+from server.raft.log import SnapshotId as RaftSnapshotId
+from server.raft.quorum_state import FileQuorumStateStore
+from server.raft.storage import MetadataRaftLog
 from server.storage.durable import write_file_atomically
+from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
-from server.storage.snapshot import latest_snapshot
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
-# One controller, no elections yet: the degenerate quorum's leader epoch.
-SINGLE_NODE_LEADER_EPOCH = 1
 
 log = get_logger("controller")
 
@@ -88,13 +92,27 @@ class ControllerNode:
         self.served_apis = controller_apis()
         self.cluster_id = ""
         self.port = config.listener.port
-        self.state = None  # ControllerState once open() has recovered it
         self.controller: ControllerLoop | None = None
+        self.raft_driver: RaftDriver | None = None
         self.metadata_log: MetadataLog | None = None
         supported = local_supported_features(config.unstable_feature_versions_enable)
         self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
         self.controller_config: ControllerConfig | None = None
         self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+        self._bootstrap_records = None
+        self._snapshot_bytes_mark = 0
+
+    @property
+    def state(self):
+        """The committed controller state (ControllerState), None before open()."""
+        return self.controller.state if self.controller is not None else None
+
+    @property
+    def voters(self) -> tuple[VoterAddress, ...]:
+        if self.config.quorum_voters:
+            return self.config.quorum_voters
+        # No voter list: this node alone is the (degenerate) quorum.
+        return (VoterAddress(self.config.node_id, self.config.listener.host, self.config.listener.port),)
 
     # -- start-up -------------------------------------------------------------
     def open(self) -> None:
@@ -108,33 +126,35 @@ class ControllerNode:
         if meta.node_id != self.config.node_id:
             raise StartupError(f"{directory} belongs to node {meta.node_id}, but node.id is "
                                f"{self.config.node_id}")
+        voter_ids = [voter.node_id for voter in self.voters]
+        if self.config.node_id not in voter_ids:
+            raise StartupError(f"node.id {self.config.node_id} is not in controller.quorum.voters "
+                               f"({', '.join(map(str, voter_ids))})")
         self.cluster_id = meta.cluster_id
+        supported = local_supported_features(self.config.unstable_feature_versions_enable)
         self.controller_config = ControllerConfig(
             node_id=self.config.node_id,
             cluster_id=meta.cluster_id,
-            supported_features=local_supported_features(self.config.unstable_feature_versions_enable),
+            supported_features=supported,
             session_timeout_ms=self.config.broker_session_timeout_ms,
         )
-        log_dir = directory / METADATA_LOG_DIR_NAME
+        self.log_dir = directory / METADATA_LOG_DIR_NAME
         try:
-            self.metadata_log = MetadataLog.open(log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes))
+            self.metadata_log = MetadataLog.open(self.log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes))
         except RuntimeError as exc:  # the log's exclusive lock is held
             raise StartupError(f"{exc}; is another controller running on {directory}? Stop it, or "
                                "give this one its own --log-dir") from None
         try:
-            # The latest valid snapshot, then the log after it: the same replay path as live commits.
-            self.state = recover_state(log_dir, self.metadata_log, meta.cluster_id)
+            # The latest snapshot only: under Raft the log after it is replayed as the
+            # quorum commits it (it may hold entries that were never committed).
+            state, replay_from, _ = recover_snapshot(self.log_dir, self.metadata_log, meta.cluster_id)
         except SnapshotRecoveryError as exc:
             self.metadata_log.close()
             raise StartupError(str(exc)) from None
-        replayed = self.state.last_applied_offset + 1
-        latest = latest_snapshot(log_dir)
-        self._snapshot_end_offset = latest.end_offset if latest is not None else 0
-        self._snapshot_bytes_mark = 0
-        self._bootstrap_records = None
         if self.metadata_log.end_offset == 0:
-            # Checked here, not at the first append, so that a missing or
-            # corrupt checkpoint is a clean start-up error for the operator.
+            # A brand-new node: the records it writes if it becomes the first leader.
+            # Checked here, not later, so that a missing or corrupt checkpoint is a
+            # clean start-up error for the operator.
             try:
                 self._bootstrap_records = read_bootstrap_checkpoint(directory)
             except StartupError:
@@ -144,11 +164,11 @@ class ControllerNode:
                 self.metadata_log.close()
                 raise StartupError(f"{directory} has no {BOOTSTRAP_CHECKPOINT} and an empty log; "
                                    "re-run `kraftwerk storage format`")
-        finalized = self.state.all_finalized_levels()
+        finalized = state.all_finalized_levels()
         for item in self._bootstrap_records or ():
             if item.name == "FeatureLevelRecord":
                 finalized[item.data["name"]] = item.data["feature_level"]
-        reasons = unsupported_finalized_levels(finalized, self.controller_config.supported_features)
+        reasons = unsupported_finalized_levels(finalized, supported)
         if reasons:
             # KIP-778: software that cannot read the finalized metadata must not serve it.
             self.metadata_log.close()
@@ -158,29 +178,39 @@ class ControllerNode:
                 + ". Run a release that supports them (or, for unstable levels, set "
                 "unstable.feature.versions.enable=true)."
             )
+        raft_config = RaftConfig(
+            node_id=self.config.node_id,
+            voters=frozenset(voter_ids),
+            cluster_id=meta.cluster_id,
+            election_timeout_ms=self.config.quorum_election_timeout_ms,
+            fetch_timeout_ms=self.config.quorum_fetch_timeout_ms,
+        )
+        peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in self.voters
+                 if v.node_id != self.config.node_id}
+        self.raft_storage = MetadataRaftLog(self.metadata_log)
+        quorum_store = FileQuorumStateStore(self.log_dir, meta.cluster_id, frozenset(voter_ids))
+        self.raft_driver = RaftDriver(raft_config, self.raft_storage, quorum_store, peers, random.Random(),
+                                      client_id=f"kraftwerk-controller-{self.config.node_id}")
         self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
         self.controller = ControllerLoop(
-            self.metadata_log, self.state, self.tracker, SINGLE_NODE_LEADER_EPOCH,
-            self.config.controller_queue_max_commands, on_commit=self._on_commit,
+            self.raft_driver, state, replay_from, self.tracker, supported,
+            self.config.controller_queue_max_commands,
+            bootstrap_records=lambda: self._bootstrap_records,
+            on_commit=self._on_commit,
+            after_replay=self._after_replay,
             group_commit=self.config.controller_group_commit,
         )
-        log.info(Event.CONTROLLER_RECOVERED, records=replayed, end_offset=self.metadata_log.end_offset,
-                 metadata_version=self.state.metadata_version, cluster_id=self.cluster_id)
+        log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=replay_from,
+                 log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
+                 metadata_version=state.metadata_version, cluster_id=self.cluster_id)
 
-    async def bootstrap_if_empty(self) -> None:
-        if self.metadata_log.end_offset > 0 or self._bootstrap_records is None:
-            return
-        records, self._bootstrap_records = self._bootstrap_records, None
-        await self.controller.submit(lambda state, tracker, next_offset, now_ms: commands.ControllerResult(records, {}))
-        log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
-                 features=dict(self.state.finalized_levels))
-
-    def _on_commit(self, result, base_offset: int) -> None:
+    def _on_commit(self, records, base_offset: int) -> None:
         self._api_versions_cache.clear()
-        self.metrics.metadata_offset.set(self.state.last_applied_offset)
-        if self.state.metadata_version is not None:
-            self.metrics.finalized_metadata_version.set(self.state.metadata_version)
-        for offset, item in enumerate(result.records, start=base_offset):
+        state = self.state
+        self.metrics.metadata_offset.set(state.last_applied_offset)
+        if state.metadata_version is not None:
+            self.metrics.finalized_metadata_version.set(state.metadata_version)
+        for offset, item in enumerate(records, start=base_offset):
             if item.name == "FeatureLevelRecord":
                 log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], feature_level=item.data["feature_level"],
                          offset=offset)
@@ -192,35 +222,39 @@ class ControllerNode:
                 log.info(Event.BROKER_UNFENCED, broker_id=item.data["id"], offset=offset)
             elif item.name == "UnregisterBrokerRecord":
                 log.info(Event.BROKER_UNREGISTERED, broker_id=item.data["broker_id"], offset=offset)
-        self._maybe_snapshot()
 
-    def _maybe_snapshot(self) -> None:
-        """Snapshots the state once enough record bytes were appended since the last one.
+    async def _after_replay(self, batch) -> None:
+        """Snapshots the committed state once enough record bytes were replayed since the last one.
 
-        Runs in the controller loop task (it reads the state, which only that task
-        changes); with one controller every appended record is committed."""
-        appended = self.controller.appended_bytes - self._snapshot_bytes_mark
-        if appended < self.config.metadata_snapshot_max_record_bytes:
+        Runs in the replay task, the only writer of the committed state, so the state
+        cannot change while the snapshot is written. The Raft driver then moves the log
+        start (never this code directly: the core must see it between steps)."""
+        replayed = self.controller.replayed_bytes - self._snapshot_bytes_mark
+        if replayed < self.config.metadata_snapshot_max_record_bytes or self.state.last_applied_offset < 0:
             return
-        snapshot_id = take_snapshot(self.state, self.metadata_log)
-        self._snapshot_bytes_mark = self.controller.appended_bytes
-        if snapshot_id is not None:
-            self._snapshot_end_offset = snapshot_id.end_offset
+        self._snapshot_bytes_mark = self.controller.replayed_bytes
+        end_offset = batch.next_offset
+        snapshot_id = await trio.to_thread.run_sync(
+            write_controller_snapshot, self.state, self.log_dir, end_offset, batch.epoch, batch.timestamp_ms)
+        await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        if self.state is None:
+        if self.controller is None:
             self.open()
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.controller.run)
-                await self.bootstrap_if_empty()
-                self.tracker.activate(self.state, monotonic_ms())
-                nursery.start_soon(self._fence_expired_brokers)
                 dispatcher = Dispatcher(self, self.served_apis)
                 listeners = await nursery.start(serve_listener, dispatcher, self.config.listener.host,
                                                 self.config.listener.port)
                 self.port = listeners[0].socket.getsockname()[1]
+                await nursery.start(self.raft_driver.run)
+                await nursery.start(self.controller.run)
+                nursery.start_soon(self._fence_expired_brokers)
+                if len(self.voters) == 1:
+                    # The only voter elects itself at once: report "started" only when it
+                    # serves writes, so scripts never see a NOT_CONTROLLER from a lone node.
+                    await self.controller.wait_active()
                 log.info(Event.SERVER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
                          port=self.port, cluster_id=self.cluster_id,
                          metadata_version=self.state.metadata_version)
@@ -233,10 +267,13 @@ class ControllerNode:
         controller_config = self.controller_config
         while True:
             await trio.sleep(interval_seconds)
-            await self.controller.submit(
-                lambda state, tracker, next_offset, now_ms: commands.fence_expired_brokers(
-                    state, tracker, now_ms, controller_config)
-            )
+            try:
+                await self.controller.submit(
+                    lambda state, tracker, next_offset, now_ms: commands.fence_expired_brokers(
+                        state, tracker, now_ms, controller_config)
+                )
+            except NotControllerError:
+                pass  # only the active controller tracks broker sessions
 
     # -- views for handlers ---------------------------------------------------
     def supported_features(self) -> dict[str, tuple[int, int]]:
@@ -258,13 +295,23 @@ class ControllerNode:
         return body
 
     def active_controller_id(self) -> int:
-        return self.config.node_id
+        """The Raft leader, which is the active controller (-1 while unknown)."""
+        leader = self.raft_driver.leader_id if self.raft_driver is not None else None
+        return leader if leader is not None else -1
 
     def controller_endpoints(self) -> list[Endpoint]:
-        advertised = self.config.advertised_listener
-        if advertised is not None:
-            return [Endpoint(self.config.node_id, advertised.host, advertised.port or self.port)]
-        return [Endpoint(self.config.node_id, self.config.listener.host, self.port)]
+        """Every controller of the quorum, so clients can follow the active one."""
+        endpoints = []
+        for voter in self.voters:
+            if voter.node_id == self.config.node_id:
+                advertised = self.config.advertised_listener
+                if advertised is not None:
+                    endpoints.append(Endpoint(voter.node_id, advertised.host, advertised.port or self.port))
+                else:
+                    endpoints.append(Endpoint(voter.node_id, self.config.listener.host, self.port))
+            else:
+                endpoints.append(Endpoint(voter.node_id, voter.host, voter.port))
+        return endpoints
 
     def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
         endpoints = []
@@ -275,32 +322,24 @@ class ControllerNode:
         return endpoints
 
     def quorum_partition_state(self) -> dict:
-        end_offset = self.metadata_log.end_offset
-        now_ms = wall_clock_ms()
-        observers = [
-            {"replica_id": b.broker_id, "log_end_offset": -1, "last_fetch_timestamp": -1,
-             "last_caught_up_timestamp": -1}
-            for b in commands.registered_brokers(self.state, include_fenced=True)
-        ]
-        return {
-            "partition_index": 0,
-            "error_code": 0,
-            "error_message": None,
-            "leader_id": self.config.node_id,
-            "leader_epoch": self.controller.leader_epoch,
-            "high_watermark": end_offset,
-            "current_voters": [{"replica_id": self.config.node_id, "log_end_offset": end_offset,
-                                "last_fetch_timestamp": now_ms, "last_caught_up_timestamp": now_ms}],
-            "observers": observers,
-        }
+        partition = self.raft_driver.describe_partition(wall_clock_ms())
+        if partition.get("error_code", 0) == 0:
+            # Registered brokers are the quorum's observers once they fetch (issue 4);
+            # until then they are listed with unknown offsets, as Kafka lists idle observers.
+            known = {r["replica_id"] for r in partition.get("observers", [])}
+            observers = list(partition.get("observers", []))
+            for broker in commands.registered_brokers(self.state, include_fenced=True):
+                if broker.broker_id not in known:
+                    observers.append({"replica_id": broker.broker_id, "log_end_offset": -1,
+                                      "last_fetch_timestamp": -1, "last_caught_up_timestamp": -1})
+            partition["observers"] = observers
+        return partition
 
     def quorum_nodes(self) -> list[dict]:
-        endpoint = self.controller_endpoints()[0]
-        return [{"node_id": self.config.node_id,
-                 "listeners": [{"name": self.config.listener.name, "host": endpoint.host,
-                                "port": endpoint.port}]}]
+        return [{"node_id": e.node_id, "listeners": [{"name": self.config.listener.name, "host": e.host,
+                                                       "port": e.port}]}
+                for e in self.controller_endpoints()]
 
     # -- write paths used by handlers -----------------------------------------
     async def submit(self, command):
         return await self.controller.submit(command)
-

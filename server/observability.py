@@ -54,6 +54,9 @@ class Event(StrEnum):
     SNAPSHOT_PARTIAL_REMOVED = "storage.snapshot_partial_removed"
     SNAPSHOT_CORRUPT = "storage.snapshot_corrupt"
     RECOVERED_FROM_SNAPSHOT = "controller.recovered_from_snapshot"
+    CONTROLLER_ACTIVATED = "controller.activated"
+    CONTROLLER_DEACTIVATED = "controller.deactivated"
+    CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL = "controller.unsupported_finalized_level"
 
 
 def configure_logging(level: str = "info", stream=None) -> None:

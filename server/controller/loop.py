@@ -1,32 +1,39 @@
-"""The controller loop: the only code that changes controller state, with group commit.
+"""The controller loop on top of the Raft quorum: commands, group commit, replay.
 
-Owns: the bounded command queue and the commit rule
+Owns: the bounded command queue, becoming and ceasing to be the *active*
+controller (the Raft leader), and the commit rule
     command(speculative state) -> (records, response)
     records replayed at once into the *speculative* state (what the next
-      command sees), and queued for the next append
-    queued records appended as ONE batch, fsynced        (in a worker thread)
-    the same records replayed into the *committed* state (what readers see)
+      command sees) and queued for the next proposal
+    queued records proposed to the quorum as ONE batch
+    once the quorum commits it, the replay task replays it into the
+      *committed* state (what readers see)
     only then the response handed back.
 
-Two states, one writer each: the command task is the only writer of the
-speculative state, the committer task the only writer of the committed state
-(`self.state`). Readers (ApiVersions, Metadata, snapshots, ...) only ever see
-durable state. Both are built by the same `replay`.
+Tasks and their single writers:
+- the command task: the only writer of the speculative state;
+- the committer: proposes batches and waits for their commit;
+- the replay task: the only writer of the committed state (`self.state`). It
+  replays every committed batch, on the leader and on standbys alike, and
+  loads snapshots installed from the leader: the same `replay` path as
+  start-up.
+- the leadership task: activates the controller once this node leads and has
+  replayed everything committed before its epoch (writing the bootstrap
+  records on a brand-new cluster), and deactivates it when leadership ends.
 
-Group commit: records proposed while an fsync is in flight wait for it and go
-into the next batch together (bounded by `max_batch_records`), so many
-concurrent writers share one fsync. A command that writes nothing still
-answers only after everything before it is durable, so a reply never
-reflects state that could still be lost. `group_commit=False` gives the
-one-command-one-fsync behaviour, for comparison in benchmarks.
+Group commit: records proposed while a batch is in flight wait for it and go
+into the next batch together (bounded by `max_batch_records`). A command that
+writes nothing still answers only after everything before it is committed.
+`group_commit=False` gives one proposal per command, for comparison.
 
 Rules kept here:
 - A command is a pure function of (state, heartbeat tracker, next offset,
   now); it never awaits and never mutates anything.
-- A failed append is fatal: the loop raises and takes the node down (the
-  states would no longer match the log; Kafka's controller does the same).
-- The queue is bounded (`queue_max_commands`): submitters wait when the
-  controller is saturated rather than growing memory.
+- A standby answers every command with `NotControllerError` (NOT_CONTROLLER on
+  the wire); so does a leader that lost its leadership mid-commit (the outcome
+  is then unknown, as in Kafka: clients retry against the new leader).
+- KIP-778: replaying a finalized level this node's software cannot run is
+  fatal; an active controller resigns first.
 """
 
 from __future__ import annotations
@@ -36,11 +43,14 @@ from typing import Callable
 
 import trio
 
-from protocol.records import encode_metadata_record
+from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record
 from server.controller.commands import ControllerResult
+from server.controller.features import NodeFeatures, unsupported_finalized_levels
 from server.controller.snapshot import encode_snapshot_records, load_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
+from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, SnapshotLoaded
+from server.storage.snapshot import read_snapshot
 
 Command = Callable[[ControllerState, BrokerHeartbeatTracker, int, int], ControllerResult]
 
@@ -63,6 +73,18 @@ def copy_state(state: ControllerState) -> ControllerState:
     return load_snapshot(encode_snapshot_records(state), state.last_applied_offset + 1, state.cluster_id)
 
 
+class NotControllerError(Exception):
+    """This node is not the active controller (now, or any more)."""
+
+    def __init__(self, leader_id: int | None) -> None:
+        super().__init__(f"not the active controller (leader: {leader_id})")
+        self.leader_id = leader_id
+
+
+class UnsupportedFinalizedLevelError(Exception):
+    """KIP-778: the quorum finalized a level this node's software cannot run."""
+
+
 class _Reply:
     __slots__ = ("event", "result", "error")
 
@@ -75,9 +97,14 @@ class _Reply:
         self.result = result
         self.event.set()
 
+    def fail(self, error: BaseException) -> None:
+        if not self.event.is_set():
+            self.error = error
+            self.event.set()
+
 
 class _Entry:
-    """One command's outcome waiting to become durable."""
+    """One command's outcome waiting to be committed."""
 
     __slots__ = ("result", "reply", "base_offset")
 
@@ -90,35 +117,50 @@ class _Entry:
 class ControllerLoop:
     def __init__(
         self,
-        metadata_log,
+        driver: RaftDriver,
         state: ControllerState,
+        replay_from_offset: int,
         tracker: BrokerHeartbeatTracker,
-        leader_epoch: int,
+        supported_features: NodeFeatures,
         queue_max_commands: int,
-        on_commit: Callable[[ControllerResult, int], None] | None = None,
+        bootstrap_records: Callable[[], list[MetadataRecord] | None] = lambda: None,
+        on_commit: Callable[[list[MetadataRecord], int], None] | None = None,
+        after_replay: Callable[[CommittedBatch], object] | None = None,
         group_commit: bool = True,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
     ) -> None:
-        self.metadata_log = metadata_log
-        self.state = state  # committed: what readers see
-        self._speculative = copy_state(state)
+        self.driver = driver
+        self.state = state  # committed: what readers see (replaced when a snapshot is loaded)
+        self._speculative: ControllerState | None = None
         self.tracker = tracker
-        self.leader_epoch = leader_epoch
+        self.supported_features = supported_features
         self.group_commit = group_commit
         self.max_batch_records = max_batch_records
-        self._send, self._receive = trio.open_memory_channel(queue_max_commands)
+        self._bootstrap_records = bootstrap_records
         self._on_commit = on_commit
+        self._after_replay = after_replay
+        self._send, self._receive = trio.open_memory_channel(queue_max_commands)
         self._pending: list[_Entry] = []
-        self._in_flight = 0  # entries taken by the committer and not yet resolved
+        self._in_flight: list[_Entry] = []
         self._work = trio.Event()
-        self._next_offset = metadata_log.end_offset
+        self._next_offset = 0
+        self.active = False
+        self.active_epoch = -1
+        # Everything below this offset is replayed into `state` (control batches included).
+        self.replayed_end_offset = replay_from_offset
+        self._replayed = trio.Event()
+        self._activated = trio.Event()
         # Counters for benchmarks, metrics and the snapshot interval.
-        self.appended_bytes = 0
-        self.appends = 0
+        self.replayed_bytes = 0
+        self.proposals = 0
         self.committed_records = 0
 
+    # -- API ----------------------------------------------------------------------
     async def submit(self, command: Command) -> ControllerResult:
-        """Runs `command` on the loop; returns once its records are durable and applied."""
+        """Runs `command` on the active controller; returns once its records are committed
+        and replayed. Raises NotControllerError on a standby."""
+        if not self.active:
+            raise NotControllerError(self.driver.leader_id)
         reply = _Reply()
         await self._send.send((command, reply))
         await reply.event.wait()
@@ -126,21 +168,118 @@ class ControllerLoop:
             raise reply.error
         return reply.result
 
+    async def wait_active(self) -> None:
+        await self._activated.wait()
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._replay)
+            nursery.start_soon(self._follow_leadership)
             nursery.start_soon(self._committer)
             task_status.started()
             await self._run_commands()
 
-    # -- the command task: sole writer of the speculative state -----------------
+    # -- the replay task: sole writer of the committed state ----------------------------
+    async def _replay(self) -> None:
+        reader = self.driver.committed_reader(self.replayed_end_offset)
+        while True:
+            for item in await reader.next():
+                if isinstance(item, SnapshotLoaded):
+                    contents = await trio.to_thread.run_sync(read_snapshot, item.path)
+                    self.state = load_snapshot(contents.records, item.snapshot_id.end_offset, self.state.cluster_id)
+                    self.replayed_end_offset = item.snapshot_id.end_offset
+                    log.info(Event.RECOVERED_FROM_SNAPSHOT, snapshot_end_offset=item.snapshot_id.end_offset,
+                             snapshot_epoch=item.snapshot_id.epoch, last_applied_offset=self.state.last_applied_offset)
+                    continue
+                if item.control_type is None:
+                    records = [decode_metadata_record(value) for value in item.values]
+                    for index, record in enumerate(records):
+                        self.state.replay(record, item.base_offset + index)
+                    self.replayed_bytes += sum(len(value) for value in item.values)
+                    await self._check_supported(records)
+                    if self._on_commit is not None:
+                        self._on_commit(records, item.base_offset)
+                self.replayed_end_offset = item.next_offset
+                if self._after_replay is not None:
+                    await self._after_replay(item)
+            self._replayed.set()
+            self._replayed = trio.Event()
+
+    async def _check_supported(self, records: list[MetadataRecord]) -> None:
+        if not any(record.name == "FeatureLevelRecord" for record in records):
+            return
+        reasons = unsupported_finalized_levels(self.state.all_finalized_levels(), self.supported_features)
+        if not reasons:
+            return
+        message = "; ".join(reasons)
+        log.critical(Event.CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL, reasons=reasons)
+        if self.driver.is_leader:
+            await self.driver.resign()
+        raise UnsupportedFinalizedLevelError(
+            f"the quorum finalized levels this controller cannot run: {message}; stopping (KIP-778). "
+            "Run a release that supports them.")
+
+    async def _wait_replayed(self, end_offset: int) -> None:
+        while self.replayed_end_offset < end_offset:
+            await self._replayed.wait()
+
+    # -- the leadership task ---------------------------------------------------------------
+    async def _follow_leadership(self) -> None:
+        while True:
+            driver = self.driver
+            leading = driver.is_leader and driver.leader_ready
+            if leading and not self.active:
+                await self._activate(driver.epoch)
+            elif self.active and (not driver.is_leader or driver.epoch != self.active_epoch):
+                self._deactivate()
+            await driver.wait_changed()
+
+    async def _activate(self, epoch: int) -> None:
+        driver = self.driver
+        # Everything committed before this epoch must be in the committed state first.
+        await self._wait_replayed(driver.high_watermark)
+        if not (driver.is_leader and driver.epoch == epoch):
+            return
+        if self.state.metadata_version is None:
+            records = self._bootstrap_records()
+            if records:
+                try:
+                    base, proposed_epoch = await driver.propose([encode_metadata_record(r) for r in records])
+                    await driver.wait_committed(base + len(records) - 1, proposed_epoch)
+                except NotLeaderError:
+                    return
+                await self._wait_replayed(base + len(records))
+                log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
+                         features=dict(self.state.finalized_levels))
+        self._speculative = copy_state(self.state)
+        self._next_offset = driver.next_offset
+        self.tracker.activate(self.state, monotonic_ms())
+        self.active_epoch = epoch
+        self.active = True
+        self._activated.set()
+        log.info(Event.CONTROLLER_ACTIVATED, epoch=epoch, next_offset=self._next_offset)
+
+    def _deactivate(self) -> None:
+        self.active = False
+        self._activated = trio.Event()
+        self._speculative = None
+        error = NotControllerError(self.driver.leader_id)
+        pending, self._pending = self._pending, []
+        for entry in pending:
+            entry.reply.fail(error)
+        log.info(Event.CONTROLLER_DEACTIVATED, epoch=self.active_epoch, leader_id=self.driver.leader_id)
+
+    # -- the command task: sole writer of the speculative state ------------------------------
     async def _run_commands(self) -> None:
         async for command, reply in self._receive:
+            if not self.active:
+                reply.fail(NotControllerError(self.driver.leader_id))
+                continue
             try:
                 result = command(self._speculative, self.tracker, self._next_offset, monotonic_ms())
             except Exception as exc:  # a bug in one command must not stop the controller
                 log.exception(Event.CONTROLLER_COMMAND_FAILED, error=repr(exc))
-                reply.error = exc
-                reply.event.set()
+                reply.fail(exc)
                 continue
             if result.heartbeat is not None:
                 # Volatile liveness, not in the log: it takes effect at once.
@@ -153,7 +292,7 @@ class ControllerLoop:
                 self._pending.append(_Entry(result, reply, base_offset))
                 self._work.set()
             elif self._pending or self._in_flight:
-                # Writes nothing, but must not answer before earlier records are durable.
+                # Writes nothing, but must not answer before earlier records are committed.
                 self._pending.append(_Entry(result, reply, None))
                 self._work.set()
             else:
@@ -161,18 +300,23 @@ class ControllerLoop:
             if not self.group_commit:
                 await reply.event.wait()
 
-    # -- the committer task: sole writer of the committed state -----------------
+    # -- the committer ---------------------------------------------------------------------
     async def _committer(self) -> None:
         while True:
             await self._work.wait()
             self._work = trio.Event()
-            while self._pending:
-                batch = self._take_batch()
-                self._in_flight = len(batch)
+            while self._pending and self.active:
+                self._in_flight = self._take_batch()
                 try:
-                    await self._commit(batch)
+                    await self._commit(self._in_flight)
+                except NotLeaderError:
+                    error = NotControllerError(self.driver.leader_id)
+                    for entry in self._in_flight:
+                        entry.reply.fail(error)
+                    if self.active:
+                        self._deactivate()
                 finally:
-                    self._in_flight = 0
+                    self._in_flight = []
 
     def _take_batch(self) -> list[_Entry]:
         """Everything queued, up to `max_batch_records` records (at least one entry)."""
@@ -190,23 +334,20 @@ class ControllerLoop:
     async def _commit(self, batch: list[_Entry]) -> None:
         values = [encode_metadata_record(item) for entry in batch for item in entry.result.records]
         if values:
-            # Not caught: a failed append leaves the states unknown, so the node must stop.
-            base_offset, last_offset = await trio.to_thread.run_sync(
-                self.metadata_log.append, values, self.leader_epoch, wall_clock_ms()
-            )
+            base_offset, epoch = await self.driver.propose(values)
             first = next(entry.base_offset for entry in batch if entry.base_offset is not None)
             if base_offset != first:
-                raise RuntimeError(f"log appended at {base_offset}, expected {first}: the log changed under "
-                                   "the controller")
-            self.appended_bytes += sum(len(value) for value in values)
-            self.appends += 1
+                # Our speculative offsets no longer match the log: nothing we answered is
+                # wrong yet, but nothing more may be; step down and let a fresh activation fix it.
+                log.error(Event.CONTROLLER_COMMAND_FAILED, error="proposal offset mismatch",
+                          expected=first, got=base_offset)
+                raise NotLeaderError(self.driver.leader_id, self.driver.epoch)
+            last_offset = base_offset + len(values) - 1
+            await self.driver.wait_committed(last_offset, epoch)
+            await self._wait_replayed(last_offset + 1)
+            self.proposals += 1
             self.committed_records += len(values)
             log.debug(Event.RECORDS_COMMITTED, base_offset=base_offset, last_offset=last_offset,
                       records=len(values), commands=len(batch))
         for entry in batch:
-            if entry.base_offset is not None:
-                for index, item in enumerate(entry.result.records):
-                    self.state.replay(item, entry.base_offset + index)
-                if self._on_commit is not None:
-                    self._on_commit(entry.result, entry.base_offset)
             entry.reply.resolve(entry.result)

@@ -298,9 +298,30 @@ def recover_state(
     cluster_id: str,
     config: SnapshotConfig | None = None,
 ) -> ControllerState:
-    """Start-up: the newest snapshot that verifies and loads, then the log after it.
+    """Start-up of a log whose every entry is committed (one controller, no Raft):
+    the newest usable snapshot, then the whole log after it."""
+    state, from_offset, chosen = recover_snapshot(log_dir, metadata_log, cluster_id, config)
+    replayed = replay_log(state, metadata_log, from_offset)
+    _log.info(
+        Event.RECOVERED_FROM_SNAPSHOT,
+        snapshot_end_offset=chosen.end_offset if chosen else None,
+        snapshot_epoch=chosen.epoch if chosen else None,
+        log_records_replayed=replayed,
+        last_applied_offset=state.last_applied_offset,
+    )
+    return state
 
-    Partial snapshot files are deleted first. A snapshot past the log's end (or
+
+def recover_snapshot(
+    log_dir: str | os.PathLike[str],
+    metadata_log: MetadataLog,
+    cluster_id: str,
+    config: SnapshotConfig | None = None,
+) -> tuple[ControllerState, int, SnapshotId | None]:
+    """The newest snapshot that verifies and loads, and the offset the log continues at.
+
+    Under Raft the log after the snapshot may hold uncommitted entries, so the
+    controller replays it only as the quorum commits it. Partial snapshot files are deleted first. A snapshot past the log's end (or
     of a newer epoch than the log's last) means a snapshot was installed and the
     crash came before the log was reset: the reset is done now. Without a usable
     snapshot the log must start at 0.
@@ -334,15 +355,7 @@ def recover_state(
         if chosen.end_offset > metadata_log.end_offset or chosen.epoch > metadata_log.last_epoch:
             metadata_log.reset_to(chosen.end_offset, chosen.epoch)
         from_offset = chosen.end_offset
-    replayed = replay_log(state, metadata_log, from_offset)
-    _log.info(
-        Event.RECOVERED_FROM_SNAPSHOT,
-        snapshot_end_offset=chosen.end_offset if chosen else None,
-        snapshot_epoch=chosen.epoch if chosen else None,
-        log_records_replayed=replayed,
-        last_applied_offset=state.last_applied_offset,
-    )
-    return state
+    return state, from_offset, chosen
 
 
 def replay_log(state: ControllerState, metadata_log: MetadataLog, from_offset: int) -> int:

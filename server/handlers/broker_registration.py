@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from protocol.errors import ErrorCode
 from server.controller import commands
+from server.controller.loop import NotControllerError
 from server.observability import Event, get_logger
 
 log = get_logger("controller")
@@ -12,10 +14,13 @@ async def handle(ctx, request):
     node = ctx.node
     config = node.controller_config
     version = ctx.api_version
-    result = await node.submit(
-        lambda state, tracker, next_offset, now_ms: commands.register_broker(
-            state, tracker, request, version, now_ms, next_offset, config)
-    )
+    try:
+        result = await node.submit(
+            lambda state, tracker, next_offset, now_ms: commands.register_broker(
+                state, tracker, request, version, now_ms, next_offset, config)
+        )
+    except NotControllerError:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER, "broker_epoch": -1}
     if result.error_message:
         log.warning(Event.BROKER_REGISTRATION_REJECTED, broker_id=request.broker_id,
                     error_code=result.response.get("error_code"), error=result.error_message)

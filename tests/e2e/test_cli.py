@@ -27,13 +27,14 @@ def describe_lines(controller) -> dict[str, str]:
 
 
 def test_features_describe(controller):
+    # Epoch 1: offset 0 is the quorum leader's LeaderChange record, the bootstrap record is 1.
     lines = describe_lines(controller)
     assert lines["Feature: metadata.version"] == (
         "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.0-IV0\t"
-        "FinalizedVersionLevel: 3.7-IV4\tEpoch: 0")
+        "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1")
     assert lines["Feature: group.version"] == (
         "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
-        "FinalizedVersionLevel: -\tEpoch: 0")
+        "FinalizedVersionLevel: -\tEpoch: 1")
     assert set(lines) == {"Feature: group.version", "Feature: kraft.version", "Feature: metadata.version",
                           "Feature: transaction.version"}
 
@@ -41,13 +42,13 @@ def test_features_describe(controller):
 def test_upgrade_dry_run_then_upgrade_then_lossless_downgrade(controller):
     dry = features(controller, "upgrade", "--metadata", "3.9-IV0", "--dry-run")
     assert (dry.returncode, dry.stdout) == (0, "metadata.version can be upgraded to 3.9-IV0.\n")
-    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 0" in describe_lines(controller)["Feature: metadata.version"]
+    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1" in describe_lines(controller)["Feature: metadata.version"]
 
     done = features(controller, "upgrade", "--metadata", "3.9-IV0")
     assert (done.returncode, done.stdout) == (0, "metadata.version was upgraded to 3.9-IV0.\n")
     line = describe_lines(controller)["Feature: metadata.version"]
     assert "FinalizedVersionLevel: 3.9-IV0\t" in line
-    assert not line.endswith("Epoch: 0")
+    assert not line.endswith("Epoch: 1")
 
     down = features(controller, "downgrade", "--metadata", "3.8-IV0")
     assert (down.returncode, down.stdout) == (0, "metadata.version was downgraded to 3.8-IV0.\n")
@@ -66,7 +67,7 @@ def test_lossy_downgrade_is_refused_with_exit_1_safe_and_unsafe(controller):
     unsafe = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe", "--dry-run")
     assert unsafe.returncode == 1
     assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
-    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 0" in describe_lines(controller)["Feature: metadata.version"]
+    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1" in describe_lines(controller)["Feature: metadata.version"]
 
 
 def test_upgrade_past_the_supported_maximum_is_refused(controller):
@@ -213,7 +214,7 @@ def test_second_controller_on_a_directory_in_use_exits_1_without_a_traceback(con
     # An operator error, not a crash: one "Error: ..." line, like every other refusal.
     assert "Traceback" not in result.stderr, result.stderr
     controller.assert_alive()
-    assert describe_lines(controller)["Feature: metadata.version"].endswith("Epoch: 0")
+    assert describe_lines(controller)["Feature: metadata.version"].endswith("Epoch: 1")
 
 
 def test_a_controller_that_cannot_run_the_finalized_metadata_version_refuses_to_start(tmp_path):

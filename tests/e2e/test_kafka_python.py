@@ -20,6 +20,10 @@ from .helpers import REPO, cli_env
 
 pytestmark = pytest.mark.e2e
 
+# Offset 0 is the quorum leader's LeaderChange control record; the bootstrap
+# FeatureLevelRecord is offset 1, the first finalized-features epoch.
+BOOTSTRAP_EPOCH = 1
+
 MV = "metadata.version"
 
 
@@ -44,7 +48,7 @@ def test_describe_features(admin):
     described = admin.describe_features()
     assert described[MV]["supported"] == (1, 22)
     assert described[MV]["finalized"] == (19, 19)
-    assert described[MV]["finalized_epoch"] == 0  # the bootstrap record is offset 0
+    assert described[MV]["finalized_epoch"] == BOOTSTRAP_EPOCH
     assert described["transaction.version"]["supported"] == (0, 2)
     assert described["group.version"]["supported"] == (0, 1)
     # Features at level 0 are not finalized (KIP-584).
@@ -78,27 +82,27 @@ def test_lossy_safe_downgrade_is_refused(admin):
     with pytest.raises(InvalidUpdateVersionError) as raised:
         admin.update_features({MV: (UpdateFeatureType.SAFE_DOWNGRADE, 16)})
     assert "Refusing to perform the requested downgrade" in str(raised.value)
-    assert finalized_level(admin) == (19, 0)
+    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
 
 
 def test_unsafe_lossy_downgrade_is_refused_too(admin):
     with pytest.raises(InvalidUpdateVersionError) as raised:
         admin.update_features({MV: (UpdateFeatureType.UNSAFE_DOWNGRADE, 16)})
     assert "Unsafe metadata downgrade is not supported" in str(raised.value)
-    assert finalized_level(admin) == (19, 0)
+    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
 
 
 def test_downgrade_without_a_downgrade_type_is_refused(admin):
     with pytest.raises(InvalidUpdateVersionError) as raised:
         admin.update_features({MV: 18})
     assert "without setting the upgrade type to either safe or unsafe downgrade" in str(raised.value)
-    assert finalized_level(admin) == (19, 0)
+    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
 
 
 def test_validate_only_changes_nothing(admin, controller):
     assert admin.update_features({MV: 22}, validate_only=True) == {MV: "OK"}
-    assert finalized_level(admin) == (19, 0)
-    assert not controller.events("controller.feature_finalized", feature=MV, offset=1)
+    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
+    assert not controller.events("controller.feature_finalized", feature=MV, offset=2)  # nothing after the bootstrap record (offset 1)
 
 
 def test_unknown_feature(admin):
@@ -112,7 +116,7 @@ def test_level_above_the_supported_maximum(admin, controller):
     with pytest.raises(InvalidUpdateVersionError) as raised:
         admin.update_features({MV: 23})
     assert "Local controller 1 only supports versions 1-22" in str(raised.value)
-    assert finalized_level(admin) == (19, 0)
+    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
     controller.wait_for_event("controller.feature_update_rejected")
 
 
@@ -141,7 +145,7 @@ def test_kafka_admin_cli_describe_then_update_features(controller):
     described = kafka_admin_cli(controller, "cluster", "describe-features")
     assert described.returncode == 0, described.stdout + described.stderr
     before = ast.literal_eval(described.stdout)
-    assert before[MV] == {"finalized": (19, 19), "finalized_epoch": 0, "supported": (1, 22)}
+    assert before[MV] == {"finalized": (19, 19), "finalized_epoch": BOOTSTRAP_EPOCH, "supported": (1, 22)}
 
     updated = kafka_admin_cli(controller, "cluster", "update-features", "-f", f"{MV}=21")
     assert updated.returncode == 0, updated.stdout + updated.stderr

@@ -90,19 +90,21 @@ async def test_acknowledged_state_survives_kill_9(controllers):
     assert before["observers"] == [2, 3, 4]
     assert [b[0] for b in before["brokers"]] == [1, 2, 3]
     assert (2, "127.0.0.1", 19092, "rack-2") in before["brokers"]
-    # 1 bootstrap + 3 registrations + 2 unfences + 3 feature records.
-    assert before["epoch"] == 8
-    assert before["high_watermark"] == 9
+    # Offset 0 is the leader's LeaderChange control record, then 1 bootstrap + 3
+    # registrations + 2 unfences + 3 feature records.
+    assert before["epoch"] == 9
+    assert before["high_watermark"] == 10
 
     assert controller.kill() == -9
     restarted = await trio.to_thread.run_sync(controllers.restart_on, controller.log_dir, controller.cluster_id,
                                               OVERRIDES)
     recovered = restarted.wait_for_event("controller.recovered")
-    assert recovered["records"] == 9
-    assert recovered["end_offset"] == 9
+    assert recovered["log_end_offset"] == 10
     assert not restarted.events("controller.bootstrapped")  # the log was not empty
 
     after = await snapshot(restarted)
+    # The restarted node leads a new epoch, which starts with its own LeaderChange record.
+    assert after.pop("high_watermark") == before.pop("high_watermark") + 1
     assert after == before
 
     with trio.fail_after(CALL_TIMEOUT_S):
@@ -126,5 +128,5 @@ def test_feature_finalized_log_line_carries_the_level(controller):
     overwrites with the log level ("info"): the level is lost. Expected field:
     `feature_level`.
     """
-    event = controller.wait_for_event("controller.feature_finalized", feature=MV, offset=0)
+    event = controller.wait_for_event("controller.feature_finalized", feature=MV, offset=1)
     assert event.get("feature_level") == 19, event
