@@ -70,7 +70,7 @@ def controller_apis() -> dict[int, ServedApi]:
     table = [
         served(18, 0, 4, api_versions.handle),
         served(3, 0, 12, metadata.handle),
-        served(55, 0, 2, describe_quorum.handle),
+        served(55, 0, 2, describe_quorum.handle, is_async=True),
         served(57, 0, 2, update_features.handle, is_async=True),
         served(60, 0, 1, describe_cluster.handle),
         served(62, 0, 4, broker_registration.handle, is_async=True),

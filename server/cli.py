@@ -83,7 +83,20 @@ def cmd_controller(args) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
-    trio.run(main)
+    from server.controller.loop import UnsupportedFinalizedLevelError
+
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:
+        fatal = group.subgroup(UnsupportedFinalizedLevelError)
+        if fatal is None:
+            raise
+        # KIP-778: the quorum finalized a level this software cannot run; the loop
+        # already logged it and resigned leadership. Say so and exit non-zero.
+        first = fatal
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise CommandError(str(first)) from None
     return EXIT_OK
 
 
@@ -198,6 +211,39 @@ async def _connect(args):
                            "running there? Start one with `kraftwerk controller --config FILE`") from None
 
 
+NOT_CONTROLLER = 41
+CONTROLLER_RETRY_BACKOFF_S = 0.2
+
+
+async def _call_active_controller(args, api_key: int, body: dict, min_version: int = 0):
+    """Sends a write to the active controller, as Kafka's admin client does: find it
+    through Metadata, and on NOT_CONTROLLER (a failover) look again, until --timeout-s."""
+    from server.client import ClientError, KafkaClient
+
+    host, port = _bootstrap_address(args)
+    last_error = "no answer"
+    with trio.move_on_after(args.timeout_s):
+        while True:
+            try:
+                async with await KafkaClient.connect(host, port) as bootstrap:
+                    metadata = await bootstrap.call(3, {"topics": [], "allow_auto_topic_creation": False})
+                nodes = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+                target = nodes.get(metadata.controller_id)
+                if target is not None:
+                    async with await KafkaClient.connect(*target) as controller:
+                        response = await controller.call(api_key, body, min_version=min_version)
+                    if response.error_code != NOT_CONTROLLER:
+                        return response
+                    last_error = response.error_message or "NOT_CONTROLLER"
+                else:
+                    last_error = "no active controller yet (an election may be in progress)"
+            except ClientError as exc:
+                last_error = str(exc)
+            await trio.sleep(CONTROLLER_RETRY_BACKOFF_S)
+    raise CommandError(f"could not reach the active controller within {args.timeout_s:g} s ({last_error}); "
+                       "is a majority of the controllers running?")
+
+
 async def describe_features(args) -> list[str]:
     client = await _connect(args)
     async with client:
@@ -247,10 +293,8 @@ async def update_features(args, operation: str) -> tuple[list[str], bool]:
         ],
         "validate_only": bool(args.dry_run),
     }
-    client = await _connect(args)
-    async with client:
-        # Dry runs need ValidateOnly (v1+); downgrades need UpgradeType (v1+).
-        response = await client.call(57, body, min_version=1)
+    # Dry runs need ValidateOnly (v1+); downgrades need UpgradeType (v1+).
+    response = await _call_active_controller(args, 57, body, min_version=1)
     past = {"upgrade": "upgraded", "downgrade": "downgraded", "disable": "disabled"}[operation]
     per_feature_errors = {r.feature: (r.error_code, r.error_message) for r in response.results or []}
     lines = []
@@ -291,6 +335,7 @@ async def describe_quorum(args) -> list[str]:
     client = await _connect(args)
     async with client:
         cluster = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+        # Any controller answers: a standby forwards DescribeQuorum to the leader.
         response = await client.call(55, {"topics": [{"topic_name": "__cluster_metadata",
                                                        "partitions": [{"partition_index": 0}]}]})
     if response.error_code != 0:
@@ -333,15 +378,20 @@ def cmd_metadata_quorum(args) -> int:
 # --------------------------------------------------------------------------
 
 def _wait_for_interrupt(processes) -> None:
-    """Blocks until Ctrl-C or until a controller exits on its own."""
+    """Blocks until Ctrl-C or until every controller has exited.
+
+    A controller that dies (or is killed to try a failover) is reported once; the
+    others keep running, as they would in a real cluster."""
     print("Press Ctrl-C to stop.", flush=True)
+    reported: set[int] = set()
     try:
-        while all(p.alive() for p in processes):
+        while any(p.alive() for p in processes):
+            for p in processes:
+                if not p.alive() and p.spec.node_id not in reported:
+                    reported.add(p.spec.node_id)
+                    print(f"controller {p.spec.node_id} exited ({p.process.returncode}); see {p.spec.log_path}",
+                          file=sys.stderr, flush=True)
             time.sleep(0.5)
-        for p in processes:
-            if not p.alive():
-                print(f"controller {p.spec.node_id} exited ({p.process.returncode}); see {p.spec.log_path}",
-                      file=sys.stderr)
     except KeyboardInterrupt:
         pass
 
@@ -350,11 +400,8 @@ def cmd_cluster_up(args) -> int:
     from server import local_cluster as lc
     from server.storage.meta_properties import random_uuid_string
 
-    if args.controllers != 1:
-        # Until the Raft driver lands (issue 3) a node ignores controller.quorum.voters, so
-        # several processes would be several one-node clusters: refuse instead of misleading.
-        raise CommandError("only --controllers 1 is supported until the Raft quorum is wired in "
-                           "(issue 3); see docs/architecture.md")
+    if not 1 <= args.controllers <= 9:
+        raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
     work = Path(args.dir).resolve()
     specs = lc.plan(work, args.controllers, args.base_port)
     cluster_id = random_uuid_string()

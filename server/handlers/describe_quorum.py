@@ -1,20 +1,31 @@
 """DescribeQuorum (key 55, v0-2): the state of the `__cluster_metadata` quorum.
 
-With one controller the quorum is the degenerate one: this node is the
-leader and only voter; registered brokers appear as observers (they fetch
-the log once brokers exist, issue 4). Only partition 0 of
+Only the Raft leader knows every replica's progress (FACTS §11). Kafka's
+brokers forward DescribeQuorum to the active controller; kraftwerk's standby
+controllers do the same (one hop, bounded by a timeout), so an admin client
+that picked any controller still gets the leader's view. Only partition 0 of
 `__cluster_metadata` exists; anything else gets UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.net.peer import PeerUnavailable
+
+import trio
 
 METADATA_TOPIC = "__cluster_metadata"
+FORWARD_TIMEOUT_S = 5.0
 
 
-def handle(ctx, request):
+async def handle(ctx, request):
     node = ctx.node
+    driver = node.raft_driver
+    leader_id = node.active_controller_id()
+    if not driver.is_leader and leader_id >= 0 and leader_id != node.config.node_id:
+        forwarded = await _forward(node, leader_id, request, ctx.api_version)
+        if forwarded is not None:
+            return forwarded
     topics = []
     for topic in request.topics:
         partitions = []
@@ -33,3 +44,14 @@ def handle(ctx, request):
     if ctx.api_version >= 2:
         body["nodes"] = node.quorum_nodes()
     return body
+
+
+async def _forward(node, leader_id: int, request, version: int):
+    """The leader's answer to the same request, or None if it cannot be had now."""
+    peer = node.raft_driver.peer(leader_id)
+    if peer is None:
+        return None
+    try:
+        return await peer.request(55, request, timeout_s=FORWARD_TIMEOUT_S, version=version)
+    except (PeerUnavailable, trio.TooSlowError):
+        return None

@@ -331,6 +331,10 @@ class RaftDriver:
             "observers": [replica(node, state) for node, state in sorted(info.observers.items())],
         }
 
+    def peer(self, node_id: int) -> PeerConnection | None:
+        """The connection to another voter (e.g. to forward a request to the leader)."""
+        return self._peers.get(node_id)
+
     async def wait_changed(self) -> None:
         """Returns at the next change of role, epoch, leader, high watermark or snapshot."""
         await self._changed.wait()
