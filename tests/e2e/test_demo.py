@@ -39,7 +39,35 @@ def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_
     assert f"controller 1 listening on 127.0.0.1:{port}" in result.stdout
 
 
-def test_cluster_up_refuses_a_quorum_until_raft_is_wired(tmp_path):
-    result = run_cli("cluster", "up", "--controllers", "3", "--exit", "--dir", str(tmp_path))
-    assert result.returncode == 1
-    assert "only --controllers 1 is supported" in result.stderr
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports (best effort: probed, then released)."""
+    for _ in range(50):
+        base = free_port()
+        sockets = []
+        try:
+            for offset in range(count):
+                probe = socket.socket()
+                sockets.append(probe)
+                probe.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in sockets:
+                probe.close()
+    raise RuntimeError("no run of free ports found")
+
+
+def test_cluster_up_starts_a_three_controller_quorum(tmp_path):
+    base = free_ports(3)
+    result = run_cli("cluster", "up", "--controllers", "3", "--exit", "--base-port", str(base),
+                     "--dir", str(tmp_path), timeout_s=120)
+    assert result.returncode == 0, result.stderr
+    for node_id in (1, 2, 3):
+        assert f"controller {node_id} listening on 127.0.0.1:{base + node_id - 1}" in result.stdout
+        config = (tmp_path / f"controller-{node_id}.properties").read_text()
+        assert f"controller.quorum.voters=1@127.0.0.1:{base},2@127.0.0.1:{base + 1},3@127.0.0.1:{base + 2}" in config
+    # All three were formatted with one cluster id.
+    ids = {(tmp_path / f"controller-{n}" / "meta.properties").read_text().split("cluster.id=")[1].split()[0]
+           for n in (1, 2, 3)}
+    assert len(ids) == 1
