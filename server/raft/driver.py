@@ -41,7 +41,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
-from server.observability import get_logger
+from server.observability import Event, get_logger
 from server.raft import messages as m
 from server.raft.core import DEFERRED, NotLeader, QuorumInfo, RaftConfig, RaftCore, Ready, Role
 from server.raft.log import SnapshotId
@@ -53,18 +53,18 @@ from server.storage.snapshot import snapshot_path
 _log = get_logger("raft")
 
 # Stable event names (the lead moves them into observability.Event).
-RAFT_DRIVER_STARTED = "raft.driver_started"
-RAFT_DRIVER_STOPPED = "raft.driver_stopped"
-RAFT_BECAME_LEADER = "raft.became_leader"
-RAFT_BECAME_FOLLOWER = "raft.became_follower"
-RAFT_ELECTION_STARTED = "raft.election_started"
-RAFT_PRE_VOTE_STARTED = "raft.pre_vote_started"
-RAFT_BECAME_UNATTACHED = "raft.became_unattached"
-RAFT_RESIGNED = "raft.resigned"
-RAFT_HIGH_WATERMARK_ADVANCED = "raft.high_watermark_advanced"
-RAFT_LOG_TRUNCATED = "raft.log_truncated"
-RAFT_SNAPSHOT_INSTALLED = "raft.snapshot_installed"
-RAFT_LOG_COMPACTED = "raft.log_compacted"
+RAFT_DRIVER_STARTED = Event.RAFT_DRIVER_STARTED
+RAFT_DRIVER_STOPPED = Event.RAFT_DRIVER_STOPPED
+RAFT_BECAME_LEADER = Event.RAFT_BECAME_LEADER
+RAFT_BECAME_FOLLOWER = Event.RAFT_BECAME_FOLLOWER
+RAFT_ELECTION_STARTED = Event.RAFT_ELECTION_STARTED
+RAFT_PRE_VOTE_STARTED = Event.RAFT_PRE_VOTE_STARTED
+RAFT_BECAME_UNATTACHED = Event.RAFT_BECAME_UNATTACHED
+RAFT_RESIGNED = Event.RAFT_RESIGNED
+RAFT_HIGH_WATERMARK_ADVANCED = Event.RAFT_HIGH_WATERMARK_ADVANCED
+RAFT_LOG_TRUNCATED = Event.RAFT_LOG_TRUNCATED
+RAFT_SNAPSHOT_INSTALLED = Event.RAFT_SNAPSHOT_INSTALLED
+RAFT_LOG_COMPACTED = Event.RAFT_LOG_COMPACTED
 
 _ROLE_EVENTS = {
     Role.LEADER: RAFT_BECAME_LEADER,

@@ -32,3 +32,18 @@ def test_properties_syntax_and_known_keys():
 def test_bad_voter_lists_are_refused(voters):
     with pytest.raises(ValueError):
         config_from_properties({"controller.quorum.voters": voters})
+
+
+def test_the_compose_deployment_configs_describe_one_three_voter_quorum():
+    from server.config import load_config
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    configs = [load_config(deploy / f"controller-{n}.properties") for n in (1, 2, 3)]
+    assert [c.node_id for c in configs] == [1, 2, 3]
+    voters = {c.quorum_voters for c in configs}
+    assert len(voters) == 1  # every node agrees on the voter set
+    (voter_set,) = voters
+    assert [v.node_id for v in voter_set] == [1, 2, 3]
+    for config, voter in zip(configs, voter_set):
+        # Each node advertises the address its peers use for it.
+        assert (config.advertised_listener.host, config.advertised_listener.port) == (voter.host, voter.port)
