@@ -228,3 +228,168 @@ def canned_server(work: Path, response_frame: bytes):
 
 def work_dir(parent: str | None, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+# --------------------------------------------------------------------------
+# a Raft quorum of real controller processes (server/local_cluster.py)
+# --------------------------------------------------------------------------
+
+NOT_CONTROLLER = 41
+UPDATE_FEATURES_KEY = 57
+METADATA_KEY, METADATA_VERSION = 3, 12
+DESCRIBE_QUORUM_KEY, DESCRIBE_QUORUM_VERSION = 55, 0
+LEADER_POLL_S = 0.005  # between rounds of asking the survivors who leads; nothing to wait on instead
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` ports the kernel just handed out on 127.0.0.1 (voters need them before they start)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Conn:
+    """One blocking connection speaking any API through the project's own codec; one request at a time."""
+
+    def __init__(self, port: int, client_id: str = "bench", timeout_s: float = SOCKET_TIMEOUT_S) -> None:
+        self.sock = socket.create_connection((HOST, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        self.correlation = 0
+
+    def call(self, api_key: int, version: int, body: dict):
+        """(decoded response, send-to-reply ns)."""
+        from io import BytesIO
+
+        from protocol.header import REQUEST_HEADER, RESPONSE_HEADER, request_header_version, response_header_version
+        from protocol.registry import API_MESSAGES
+
+        self.correlation += 1
+        request, response = API_MESSAGES[api_key]
+        payload = REQUEST_HEADER.encode(request_header_version(request, version), {
+            "request_api_key": api_key, "request_api_version": version,
+            "correlation_id": self.correlation, "client_id": self.client_id,
+        }) + request.encode(version, body)
+        frame = _SIZE.pack(len(payload)) + payload
+        started = time.perf_counter_ns()
+        self.sock.sendall(frame)
+        answer = recv_frame(self.sock)
+        elapsed_ns = time.perf_counter_ns() - started
+        stream = BytesIO(answer[4:])
+        header = RESPONSE_HEADER.decode(response_header_version(request, version), stream)
+        if header.correlation_id != self.correlation:
+            raise RuntimeError("correlation id mismatch")
+        return response.decode(version, stream), elapsed_ns
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "Conn":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def metadata_controller_id(conn: Conn) -> int:
+    reply, _ = conn.call(METADATA_KEY, METADATA_VERSION, {"topics": [], "allow_auto_topic_creation": False})
+    return reply.controller_id
+
+
+def is_active_controller(conn: Conn) -> bool:
+    """True if this node's controller loop accepts commands: an empty validate-only UpdateFeatures
+    is answered NOT_CONTROLLER by a standby (and by a leader not ready yet), 0 by the active one."""
+    reply, _ = conn.call(UPDATE_FEATURES_KEY, 1, {"timeout_ms": 5_000, "feature_updates": [],
+                                                  "validate_only": True})
+    if reply.error_code not in (0, NOT_CONTROLLER):
+        raise RuntimeError(f"empty validate-only UpdateFeatures failed: {reply.error_code} {reply.error_message}")
+    return reply.error_code == 0
+
+
+def describe_quorum(conn: Conn):
+    """The leader's view of partition 0 of __cluster_metadata (any node answers)."""
+    reply, _ = conn.call(DESCRIBE_QUORUM_KEY, DESCRIBE_QUORUM_VERSION, {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]})
+    return reply.topics[0].partitions[0] if reply.error_code == 0 and reply.topics else None
+
+
+class Quorum:
+    """`count` voters of one cluster as real processes (server/local_cluster.py); restartable by id."""
+
+    def __init__(self, work: Path, count: int, metadata_version: str, overrides: dict[str, str] | None = None,
+                 cluster_id: str | None = None) -> None:
+        from server import local_cluster as lc
+
+        self._lc = lc
+        self.cluster_id = cluster_id or random_cluster_id()
+        ports = free_ports(count)
+        self.specs = {node_id: lc.ControllerSpec(node_id, port, work)
+                      for node_id, port in zip(range(1, count + 1), ports)}
+        voters = list(self.specs.values())
+        for spec in voters:
+            lc.write_config(spec, voters, overrides)
+            lc.format_controller(spec, self.cluster_id, metadata_version)
+        self.processes: dict[int, object] = {}
+
+    def start(self, node_id: int) -> None:
+        self.processes[node_id] = self._lc.start_controller(self.specs[node_id])
+
+    def start_all(self) -> None:
+        for node_id in self.specs:
+            self.start(node_id)
+
+    def port(self, node_id: int) -> int:
+        return self.specs[node_id].port
+
+    def pid(self, node_id: int) -> int:
+        return self.processes[node_id].process.pid
+
+    def alive(self) -> list[int]:
+        return [node_id for node_id, p in self.processes.items() if p.alive()]
+
+    def kill(self, node_id: int) -> None:
+        """kill -9 (the process group), then reap it."""
+        self._lc.stop_controller(self.processes[node_id], kill=True)
+
+    def stop_all(self) -> None:
+        for node_id, process in self.processes.items():
+            self._lc.stop_controller(process)
+
+    def metadata_log_dir(self, node_id: int) -> Path:
+        return self.specs[node_id].metadata_dir / METADATA_LOG_DIR_NAME
+
+    def find_active(self, timeout_s: float, among: list[int] | None = None) -> int:
+        """The node whose controller accepts commands, found by asking the live nodes who leads."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for node_id in among or self.alive():
+                try:
+                    with Conn(self.port(node_id), "bench-find-leader", timeout_s=2.0) as conn:
+                        leader = metadata_controller_id(conn)
+                    if leader in self.specs and leader in self.alive():
+                        with Conn(self.port(leader), "bench-find-leader", timeout_s=2.0) as conn:
+                            if is_active_controller(conn):
+                                return leader
+                except OSError:
+                    pass
+            time.sleep(LEADER_POLL_S)
+        raise RuntimeError(f"no active controller among {among or self.alive()} within {timeout_s} s")
+
+
+@contextmanager
+def kraftwerk_quorum(work: Path, count: int, metadata_version: str = "3.8-IV0",
+                     overrides: dict[str, str] | None = None, cluster_id: str | None = None):
+    """`count` formatted, running voters on 127.0.0.1; yields (quorum, active controller id)."""
+    quorum = Quorum(work, count, metadata_version, overrides, cluster_id)
+    try:
+        quorum.start_all()
+        yield quorum, quorum.find_active(START_TIMEOUT_S)
+    finally:
+        quorum.stop_all()

@@ -37,9 +37,10 @@ thousands of them ends up measuring that scan instead of the commit path.
 Expected shape: with group commit, records/s grows with C while batches/s
 stays near the fsync floor's rate; without it, records/s == batches/s, flat.
 
-Only one controller today. `--controllers` is there for the Raft version
-(3 voters: the proposers would spread over the voters' leader, and the log
-read back would be the leader's); any value but 1 is refused for now.
+`--controllers N` (N > 1) runs each cell against an N-voter Raft quorum of
+real processes on 127.0.0.1: the proposers all talk to the leader (the
+active controller), a record is acknowledged once the quorum committed it,
+and the log read back is the leader's. server CPU is the leader's.
 
 Run: .venv/bin/python bench/bench_group_commit.py [--concurrency 1,4,16,64] [--duration-s 3]
        [--warmup-s 0.5] [--modes on,off] [--metadata-version 3.7-IV1] [--dir PATH]
@@ -85,6 +86,7 @@ SECURITY_PROTOCOL_PLAINTEXT = 0
 FIRST_BROKER_ID = 1000
 DEFAULT_CONCURRENCY = "1,4,16,64"
 MAX_CONCURRENCY = 1024
+MAX_CONTROLLERS = 9
 MAX_REQUESTS_PER_CELL = 2_000_000
 DRAIN_TIMEOUT_S = 30.0
 SELECT_TIMEOUT_S = 1.0
@@ -302,22 +304,25 @@ def batches_holding(batches: list[LogBatch], offsets: list[int]) -> int:
 
 @contextmanager
 def controllers(work: Path, count: int, group_commit: bool, cluster_id: str,
-                metadata_version: str) -> Iterator[tuple[int, int]]:
-    """Runs the controller(s) of one cell; yields (port the proposers use, pid serving it).
+                metadata_version: str) -> Iterator[tuple[int, int, Path]]:
+    """Runs the controller(s) of one cell; yields (port the proposers use, pid serving it,
+    the metadata log directory to read back once they stopped).
 
-    One controller today. With Raft, `count` voters would start here and the
-    port yielded would be the elected leader's.
+    count 1: one `kraftwerk controller`. count > 1: that many voters of one Raft
+    quorum (real processes); the port is the active controller's (the leader's),
+    and the log read back is the leader's, whose batches are the quorum's
+    appends (followers copy the leader's batches as they are).
     """
-    if count != 1:
-        raise SystemExit("--controllers: only 1 is supported until the Raft quorum exists")
     override = f"controller.group.commit.enable={'true' if group_commit else 'false'}"
-    with common.kraftwerk_controller(work, metadata_version=metadata_version, cluster_id=cluster_id,
-                                     extra_args=["--override", override]) as (process, port):
-        yield port, process.pid
-
-
-def leader_log_dir(work: Path) -> Path:
-    return common.kraftwerk_metadata_log_dir(work)
+    if count == 1:
+        with common.kraftwerk_controller(work, metadata_version=metadata_version, cluster_id=cluster_id,
+                                         extra_args=["--override", override]) as (process, port):
+            yield port, process.pid, common.kraftwerk_metadata_log_dir(work)
+        return
+    with common.kraftwerk_quorum(work, count, metadata_version=metadata_version, cluster_id=cluster_id,
+                                 overrides={"controller.group.commit.enable": str(group_commit).lower()}
+                                 ) as (quorum, leader):
+        yield quorum.port(leader), quorum.pid(leader), quorum.metadata_log_dir(leader)
 
 
 # --------------------------------------------------------------------------
@@ -344,11 +349,11 @@ def run_cell(parent: Path, group_commit: bool, connections: int, args, batch_byt
     # This VM's disk drifts by several times between minutes: each cell gets its own floor.
     floor_rate, _ = fsync_floor(work, batch_bytes)
     cluster_id = common.random_cluster_id()
-    with controllers(work, args.controllers, group_commit, cluster_id, args.metadata_version) as (port, pid):
+    with controllers(work, args.controllers, group_commit, cluster_id, args.metadata_version) as (port, pid, log_dir):
         cpu_before = common.process_cpu_s(pid)
         run = drive(port, cluster_id, connections, args.warmup_s, args.duration_s, args.max_requests)
         server_cpu_s = common.process_cpu_s(pid) - cpu_before
-    batches, registered = read_log(leader_log_dir(work))
+    batches, registered = read_log(log_dir)
     verify(run, registered)
     shutil.rmtree(work, ignore_errors=True)
     return CellResult(
@@ -409,11 +414,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS_PER_CELL, help="cap per cell")
     parser.add_argument("--metadata-version", default=DEFAULT_METADATA_VERSION,
                         help=f"metadata.version to format with (default {DEFAULT_METADATA_VERSION})")
-    parser.add_argument("--controllers", type=int, default=1, help="controller processes (only 1 until Raft)")
+    parser.add_argument("--controllers", type=int, default=1,
+                        help="controller processes: 1, or the voters of one Raft quorum (3, 5); proposers "
+                             "talk to the leader")
     parser.add_argument("--dir", default=None, help="parent of the temporary work directory (the disk measured)")
     args = parser.parse_args(argv)
-    if args.controllers != 1:
-        parser.error("--controllers: only 1 is supported until the Raft quorum exists")
+    if not 1 <= args.controllers <= MAX_CONTROLLERS:
+        parser.error(f"--controllers must be in 1..{MAX_CONTROLLERS}")
     if args.duration_s <= 0 or args.warmup_s < 0:
         parser.error("--duration-s must be positive and --warmup-s not negative")
 
@@ -432,10 +439,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    controllers_text = ("one controller" if args.controllers == 1 else
+                        f"a {args.controllers}-voter Raft quorum (proposers send to the leader; log and CPU are "
+                        f"the leader's)")
     print(f"$ {common.command_line()}")
     print(f"BrokerRegistration v{BROKER_REGISTRATION_VERSION} ({len(sample_frame)} B), each a new broker id: one "
-          f"RegisterBrokerRecord per request; one controller (metadata.version {args.metadata_version}), fresh per "
-          f"cell, on 127.0.0.1; C closed-loop connections, one request in flight each, on one selectors loop "
+          f"RegisterBrokerRecord per request; {controllers_text} (metadata.version {args.metadata_version}), fresh "
+          f"per cell, on 127.0.0.1; C closed-loop connections, one request in flight each, on one selectors loop "
           f"in one load-generator process; {args.warmup_s:g} s warm-up + {args.duration_s:g} s measured per "
           f"cell; every reply checked (error 0) and every acknowledged record found in the log afterwards at "
           f"the offset its reply named. batches = record batches in the log holding the records acknowledged "

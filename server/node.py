@@ -340,6 +340,20 @@ class ControllerNode:
                                                        "port": e.port}]}
                 for e in self.controller_endpoints()]
 
+    def quorum_supported_features(self) -> dict:
+        """The other controllers' supported feature ranges, None where not known yet."""
+        from server.controller.features import SupportedRange
+
+        known = {}
+        for voter in self.voters:
+            if voter.node_id == self.config.node_id:
+                continue
+            peer = self.raft_driver.peer(voter.node_id) if self.raft_driver is not None else None
+            ranges = peer.supported_features if peer is not None else None
+            known[voter.node_id] = (None if ranges is None else
+                                    {name: SupportedRange(lo, hi) for name, (lo, hi) in ranges.items()})
+        return known
+
     # -- write paths used by handlers -----------------------------------------
     async def submit(self, command):
         return await self.controller.submit(command)

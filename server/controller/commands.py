@@ -139,6 +139,7 @@ def _check_feature_update(
     level: int,
     upgrade_type: int,
     proposed: Mapping[str, int],
+    quorum_features: Mapping[int, NodeFeatures | None] | None = None,
 ) -> tuple[str | None, MetadataRecord | None]:
     """(error message, record to write) for one update, in Kafka's check order."""
     if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
@@ -156,6 +157,22 @@ def _check_feature_update(
     if reason is None:
         for broker_id in sorted(state.brokers):
             reason = _support_error(level, f"Broker {broker_id}", state.brokers[broker_id].supported(feature))
+            if reason is not None:
+                break
+    if reason is None and quorum_features:
+        # KIP-778: every controller of the quorum must support the level too. Their
+        # ranges come from their ApiVersions (kraftwerk has no controller registration
+        # records yet); from 3.7-IV0 on, Kafka also refuses when a controller's ranges
+        # are unknown, and so do we.
+        require_known = ft.controller_registration_supported(_require_metadata_version(state))
+        for controller_id in sorted(quorum_features):
+            supported = quorum_features[controller_id]
+            if supported is None:
+                if require_known:
+                    reason = f"controller {controller_id} has not registered, and may not support this feature"
+                    break
+                continue
+            reason = _support_error(level, f"Controller {controller_id}", supported.get(feature, DISABLED))
             if reason is not None:
                 break
     if reason is not None:
@@ -221,7 +238,11 @@ def _update_features_response(
 
 
 def update_features(
-    state: ControllerState, request: Any, api_version: int, config: ControllerConfig
+    state: ControllerState,
+    request: Any,
+    api_version: int,
+    config: ControllerConfig,
+    quorum_features: Mapping[int, NodeFeatures | None] | None = None,
 ) -> ControllerResult:
     """UpdateFeatures v0-2, Kafka's QuorumController/FeatureControlManager semantics.
 
@@ -253,7 +274,8 @@ def update_features(
     for update in updates:
         upgrade_type = UPGRADE if api_version == 0 else _field(update, "upgrade_type", UPGRADE)
         error, new_record = _check_feature_update(
-            state, config, _field(update, "feature"), _field(update, "max_version_level"), upgrade_type, proposed
+            state, config, _field(update, "feature"), _field(update, "max_version_level"), upgrade_type, proposed,
+            quorum_features,
         )
         if error is not None:
             message = UPDATE_FAILED_PREFIX + error

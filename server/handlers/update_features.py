@@ -21,7 +21,8 @@ async def handle(ctx, request):
     version = ctx.api_version
     try:
         result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: commands.update_features(state, request, version, config)
+            lambda state, tracker, next_offset, now_ms: commands.update_features(
+                state, request, version, config, node.quorum_supported_features())
         )
     except NotControllerError as exc:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER,

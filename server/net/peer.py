@@ -93,6 +93,9 @@ class PeerConnection:
         self._connected = trio.Event()
         self._send_lock = trio.Lock()
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # The peer's SupportedFeatures from its last ApiVersions answer (kept across
+        # disconnects: the last thing we knew), None until first connected.
+        self.supported_features: dict[str, tuple[int, int]] | None = None
         self.connects = 0  # successful connects, for tests and metrics
 
     @property
@@ -147,6 +150,8 @@ class PeerConnection:
         if response.error_code != ErrorCode.NONE:
             raise PeerUnavailable(f"ApiVersions to node {self.address.node_id} failed: {response.error_code}")
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        self.supported_features = {f.name: (f.min_version, f.max_version)
+                                   for f in response.supported_features or ()}
 
     async def _read_loop(self, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(RESPONSE_MAX_BYTES)

@@ -6,7 +6,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from server.controller import commands as cmd
-from .helpers import NODE_ID, Cluster
+from .helpers import NODE_ID, Cluster, features_request
 
 PREFIX = "The update failed for all features since the following feature had an error: "
 SAFE, UNSAFE, UPGRADE = cmd.SAFE_DOWNGRADE, cmd.UNSAFE_DOWNGRADE, cmd.UPGRADE
@@ -278,3 +278,36 @@ def test_no_records_at_all_leaves_the_epoch_alone():
     epoch = cluster.state.finalized_features_epoch
     cluster.update([])
     assert cluster.state.finalized_features_epoch == epoch
+
+
+def test_every_controller_of_the_quorum_must_support_the_new_level():
+    from server.controller.features import SupportedRange
+
+    cluster = Cluster.bootstrapped(mv_level=19)
+    old_controller = {"metadata.version": SupportedRange(1, 20)}
+    current = {"metadata.version": SupportedRange(1, 22)}
+    request = features_request([("metadata.version", 21, cmd.UPGRADE)])
+    refused = cmd.update_features(cluster.state, request, 2, cluster.config, {2: current, 3: old_controller})
+    assert refused.records == []
+    assert refused.response["error_code"] == ErrorCode.INVALID_UPDATE_VERSION
+    assert refused.response["error_message"] == (
+        cmd.UPDATE_FAILED_PREFIX + "Invalid update version 21 for feature metadata.version. "
+        "Controller 3 only supports versions 1-20")
+    # A controller whose ranges are unknown blocks the change from 3.7-IV0 (KIP-919 era) on ...
+    unknown = cmd.update_features(cluster.state, request, 2, cluster.config, {2: current, 3: None})
+    assert unknown.response["error_message"].endswith(
+        "controller 3 has not registered, and may not support this feature")
+    # ... and everything passes when every controller supports the level.
+    accepted = cmd.update_features(cluster.state, request, 2, cluster.config, {2: current, 3: current})
+    assert accepted.response["error_code"] == ErrorCode.NONE
+    assert [r.data["feature_level"] for r in accepted.records] == [21]
+
+
+def test_before_3_7_unknown_controllers_do_not_block_an_upgrade():
+    from server.controller.features import SupportedRange
+
+    cluster = Cluster.bootstrapped(mv_level=14)  # 3.6-IV2
+    request = features_request([("metadata.version", 15, cmd.UPGRADE)])
+    result = cmd.update_features(cluster.state, request, 2, cluster.config,
+                                 {2: None, 3: {"metadata.version": SupportedRange(1, 22)}})
+    assert result.response["error_code"] == ErrorCode.NONE
