@@ -343,27 +343,33 @@ async def describe_quorum(args) -> list[str]:
     partition = response.topics[0].partitions[0]
     if partition.error_code != 0:
         raise CommandError(f"DescribeQuorum failed: error {partition.error_code} {partition.error_message or ''}")
+    now_ms = int(time.time() * 1000)
     if args.replication:
+        # kafka-metadata-quorum.sh --replication: one row per replica, leader first.
         lines = ["NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus"]
-        for status, replicas in (("Leader/Voter", partition.current_voters), ("Observer", partition.observers)):
-            for replica in replicas:
-                is_leader = replica.replica_id == partition.leader_id
-                role = "Leader" if is_leader else status.split("/")[-1]
-                lag = max(partition.high_watermark - replica.log_end_offset, 0) if replica.log_end_offset >= 0 else "-"
-                lines.append(f"{replica.replica_id}\t{replica.log_end_offset}\t{lag}\t"
-                             f"{replica.last_fetch_timestamp}\t{replica.last_caught_up_timestamp}\t{role}")
+        rows = [(r, "Leader" if r.replica_id == partition.leader_id else "Follower") for r in partition.current_voters]
+        rows.sort(key=lambda row: row[1] != "Leader")
+        rows += [(r, "Observer") for r in partition.observers]
+        for replica, status in rows:
+            lag = max(partition.high_watermark - replica.log_end_offset, 0) if replica.log_end_offset >= 0 else -1
+            lines.append(f"{replica.replica_id}\t{replica.log_end_offset}\t{lag}\t"
+                         f"{replica.last_fetch_timestamp}\t{replica.last_caught_up_timestamp}\t{status}")
         return lines
     voters = [r.replica_id for r in partition.current_voters]
     observers = [r.replica_id for r in partition.observers]
-    lags = [partition.high_watermark - r.log_end_offset for r in partition.current_voters if r.log_end_offset >= 0]
+    followers = [r for r in partition.current_voters if r.replica_id != partition.leader_id]
+    lags = [partition.high_watermark - r.log_end_offset for r in followers if r.log_end_offset >= 0]
+    caught_up = [r.last_caught_up_timestamp for r in followers if r.last_caught_up_timestamp >= 0]
+    lag_time_ms = max(now_ms - min(caught_up), 0) if caught_up else (0 if not followers else -1)
     return [
         f"ClusterId:              {cluster.cluster_id}",
         f"LeaderId:               {partition.leader_id}",
         f"LeaderEpoch:            {partition.leader_epoch}",
         f"HighWatermark:          {partition.high_watermark}",
         f"MaxFollowerLag:         {max(lags) if lags else 0}",
-        f"CurrentVoters:          {voters}",
-        f"CurrentObservers:       {observers}",
+        f"MaxFollowerLagTimeMs:   {lag_time_ms}",
+        f"CurrentVoters:          [{','.join(map(str, voters))}]",
+        f"CurrentObservers:       [{','.join(map(str, observers))}]",
     ]
 
 

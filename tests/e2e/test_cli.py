@@ -113,6 +113,16 @@ def test_metadata_quorum_describe(controller):
     assert int(fields["HighWatermark"]) >= 1
     assert fields["CurrentVoters"] == "[1]"
     assert fields["CurrentObservers"] == "[]"
+    assert fields["MaxFollowerLag"] == "0" and fields["MaxFollowerLagTimeMs"] == "0"
+
+    replication = run_cli("metadata-quorum", "describe", "--replication", "--bootstrap-server", controller.address)
+    assert replication.returncode == 0, replication.stderr
+    header, *rows = replication.stdout.splitlines()
+    assert header.split("\t") == ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp",
+                                   "Status"]
+    node_id, log_end_offset, lag, _, _, status = rows[0].split("\t")
+    assert (node_id, lag, status) == ("1", "0", "Leader")
+    assert int(log_end_offset) == int(fields["HighWatermark"])
 
 
 def test_unreachable_controller_exits_1_with_advice():
