@@ -324,10 +324,13 @@ class Quorum:
     """`count` voters of one cluster as real processes (server/local_cluster.py); restartable by id."""
 
     def __init__(self, work: Path, count: int, metadata_version: str, overrides: dict[str, str] | None = None,
-                 cluster_id: str | None = None) -> None:
+                 cluster_id: str | None = None, profile_dir: Path | None = None) -> None:
         from server import local_cluster as lc
 
         self._lc = lc
+        # cProfile each controller into profile_dir/controller-<id>-<start>.prof (written on SIGTERM).
+        self.profile_dir = profile_dir
+        self._starts = 0
         self.cluster_id = cluster_id or random_cluster_id()
         ports = free_ports(count)
         self.specs = {node_id: lc.ControllerSpec(node_id, port, work)
@@ -339,7 +342,17 @@ class Quorum:
         self.processes: dict[int, object] = {}
 
     def start(self, node_id: int) -> None:
-        self.processes[node_id] = self._lc.start_controller(self.specs[node_id])
+        if self.profile_dir is None:
+            self.processes[node_id] = self._lc.start_controller(self.specs[node_id])
+            return
+        self._starts += 1
+        output = self.profile_dir / f"controller-{node_id}-{self._starts}.prof"
+        plain = self._lc.CLI
+        self._lc.CLI = [PYTHON, "-m", "cProfile", "-o", str(output), "-m", "server.cli"]
+        try:
+            self.processes[node_id] = self._lc.start_controller(self.specs[node_id])
+        finally:
+            self._lc.CLI = plain
 
     def start_all(self) -> None:
         for node_id in self.specs:
@@ -385,9 +398,10 @@ class Quorum:
 
 @contextmanager
 def kraftwerk_quorum(work: Path, count: int, metadata_version: str = "3.8-IV0",
-                     overrides: dict[str, str] | None = None, cluster_id: str | None = None):
+                     overrides: dict[str, str] | None = None, cluster_id: str | None = None,
+                     profile_dir: Path | None = None):
     """`count` formatted, running voters on 127.0.0.1; yields (quorum, active controller id)."""
-    quorum = Quorum(work, count, metadata_version, overrides, cluster_id)
+    quorum = Quorum(work, count, metadata_version, overrides, cluster_id, profile_dir)
     try:
         quorum.start_all()
         yield quorum, quorum.find_active(START_TIMEOUT_S)

@@ -134,7 +134,11 @@ def run_latency(args) -> int:
     samples: dict[str, list[int]] = {"fsync": [], "rtt": [], "validate": [], "commit": []}
     commits = 0
     try:
-        with common.kraftwerk_quorum(work, VOTERS, "3.8-IV0", overrides) as (quorum, leader):
+        profile_dir = Path(args.profile_dir).resolve() if args.profile_dir else None
+        if profile_dir:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+        with common.kraftwerk_quorum(work, VOTERS, "3.8-IV0", overrides, profile_dir=profile_dir) as (quorum, leader):
+            print(f"leader: controller {leader}", file=sys.stderr)
             conn = common.Conn(quorum.port(leader), "bench-quorum")
             raw_fd = os.open(work / "fsync-floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
@@ -406,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="measure", required=True)
     lat = sub.add_parser("latency", help="UpdateFeatures commit latency vs fsync + round trip")
     lat.add_argument("--iterations", type=int, default=1000, help="timed samples per kind")
+    lat.add_argument("--profile-dir", default=None,
+                     help="run the controllers under cProfile, writing DIR/controller-<id>-<n>.prof")
     thr = sub.add_parser("throughput", help="bench_group_commit.py cells against a 3-voter quorum")
     thr.add_argument("--concurrency", default="1,4,16,64")
     thr.add_argument("--modes", default="on,off")

@@ -15,6 +15,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 import uuid
@@ -28,6 +29,7 @@ from protocol import primitives as p
 from protocol.errors import DecodeError, EncodeError
 
 
+@functools.lru_cache(maxsize=None)
 def snake_case(name: str) -> str:
     """`FinalizedFeaturesEpoch` -> `finalized_features_epoch` (kafka-python agrees)."""
     return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
@@ -235,12 +237,14 @@ def _default_factory(message: Message, f: Field, version: int | None) -> Callabl
             return lambda: None
         return list
     if f.is_struct:
-        sub_fields = message.struct_fields(f.element_type, f)
+        # Resolved once: `make` runs for every absent or default struct value.
+        parts = [(sub.attr, _default_factory(message, sub, version))
+                 for sub in message.struct_fields(f.element_type, f)]
 
         def make() -> Container:
             result = Container()
-            for sub in sub_fields:
-                result[sub.attr] = _default_factory(message, sub, version)()
+            for attr, factory in parts:
+                result[attr] = factory()
             return result
 
         return make

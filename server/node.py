@@ -40,7 +40,7 @@ from server.net.listener import serve_listener
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
 from server.raft.core import RaftConfig
-from server.raft.driver import RaftDriver
+from server.raft.driver import DriverStopped, RaftDriver
 from server.raft.log import SnapshotId as RaftSnapshotId
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
@@ -236,7 +236,10 @@ class ControllerNode:
         end_offset = batch.next_offset
         snapshot_id = await trio.to_thread.run_sync(
             write_controller_snapshot, self.state, self.log_dir, end_offset, batch.epoch, batch.timestamp_ms)
-        await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
+        try:
+            await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
+        except DriverStopped:
+            pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

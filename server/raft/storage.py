@@ -184,6 +184,17 @@ class MetadataRaftLog:
                 starts.append((entry.epoch, entry.start_offset))
         return end_offset_for_epoch_in(starts, log.end_offset, epoch)
 
+    def read_cached(self, from_offset: int, max_bytes: int) -> list[Batch] | None:
+        """Like `read`, but only from the in-memory tail: None on a miss (no disk I/O),
+        so the trio thread can serve the common case without a worker-thread hop."""
+        end = self.metadata_log.end_offset
+        if from_offset >= end:
+            return []
+        cache = self._cache
+        if cache and cache[0].base_offset <= from_offset and cache[-1].next_offset == end:
+            return self.read(from_offset, max_bytes)
+        return None
+
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
         end = self.metadata_log.end_offset
         if from_offset >= end:
