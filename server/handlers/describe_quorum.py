@@ -9,13 +9,13 @@ that picked any controller still gets the leader's view. Only partition 0 of
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
-from server.net.peer import PeerUnavailable
-
 import trio
 
+from protocol.errors import ErrorCode
+from server.client import ClientError, KafkaClient
+
 METADATA_TOPIC = "__cluster_metadata"
-FORWARD_TIMEOUT_S = 5.0
+FORWARD_TIMEOUT_S = 1.0
 
 
 async def handle(ctx, request):
@@ -47,11 +47,20 @@ async def handle(ctx, request):
 
 
 async def _forward(node, leader_id: int, request, version: int):
-    """The leader's answer to the same request, or None if it cannot be had now."""
-    peer = node.raft_driver.peer(leader_id)
-    if peer is None:
+    """The leader's answer to the same request, or None if it cannot be had quickly.
+
+    A connection of its own, not the Raft peer connection: that one carries this
+    node's long-poll Fetch, which the leader may hold for up to fetch_max_wait_ms,
+    and answers on one connection leave in order. A dead leader (just after a
+    failover, before the election) is given up on after FORWARD_TIMEOUT_S; the
+    caller then answers locally with NOT_LEADER_OR_FOLLOWER, which clients retry."""
+    address = next((v for v in node.voters if v.node_id == leader_id), None)
+    if address is None:
         return None
     try:
-        return await peer.request(55, request, timeout_s=FORWARD_TIMEOUT_S, version=version)
-    except (PeerUnavailable, trio.TooSlowError):
+        with trio.fail_after(FORWARD_TIMEOUT_S):
+            async with await KafkaClient.connect(address.host, address.port,
+                                                 client_id=f"kraftwerk-controller-{node.config.node_id}") as client:
+                return await client.request(55, version, request)
+    except (ClientError, trio.TooSlowError):
         return None
