@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -144,6 +145,28 @@ def stop_controller(controller: ControllerProcess, kill: bool = False) -> None:
     if controller._log_handle is not None:
         controller._log_handle.close()
         controller._log_handle = None
+
+
+def free_port_run(count: int, attempts: int = 50) -> int:
+    """The first of `count` consecutive free loopback ports (probed, then released: a
+    best effort, for tests and benchmarks that need voter addresses up front)."""
+    for _ in range(attempts):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        probes = []
+        try:
+            for offset in range(count):
+                sock = socket.socket()
+                probes.append(sock)
+                sock.bind(("127.0.0.1", base + offset))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in probes:
+                sock.close()
+    raise LocalClusterError(f"no run of {count} free ports found")
 
 
 def plan(directory: Path, controllers: int, base_port: int) -> list[ControllerSpec]:

@@ -673,13 +673,7 @@ class RaftCore:
 
     @staticmethod
     def _error_response(api_key: int, error: ErrorCode) -> Body:
-        if api_key == ApiKey.FETCH:
-            return m.fetch_response(error)
-        if api_key == ApiKey.VOTE:
-            return m.vote_response(error)
-        if api_key == ApiKey.FETCH_SNAPSHOT:
-            return m.fetch_snapshot_response(error)
-        return m.epoch_response(error)
+        return m.error_response(api_key, error)
 
     def _handle_vote(self, body: Body, now_ms: int) -> Body:
         partition = m.single_partition(body)

@@ -169,15 +169,7 @@ class _Call(NamedTuple):
     reply: _Reply
 
 
-def error_response(api_key: int, error: ErrorCode) -> Body:
-    """A top-level error answer for any KRaft RPC (the requester backs off and retries)."""
-    if api_key == ApiKey.FETCH:
-        return m.fetch_response(error)
-    if api_key == ApiKey.VOTE:
-        return m.vote_response(error)
-    if api_key == ApiKey.FETCH_SNAPSHOT:
-        return m.fetch_snapshot_response(error)
-    return m.epoch_response(error)
+error_response = m.error_response
 
 
 def trio_now_ms() -> int:

@@ -220,3 +220,14 @@ def single_partition(body: Body, topic_key: str = "topic_name") -> Body | None:
     partition = partitions[0]
     index = partition.get("partition_index", partition.get("partition", partition.get("index")))
     return partition if index == METADATA_PARTITION else None
+
+
+def error_response(api_key: int, error) -> Body:
+    """A top-level error answer for any KRaft RPC (the requester backs off and retries)."""
+    if api_key == ApiKey.FETCH:
+        return fetch_response(error)
+    if api_key == ApiKey.VOTE:
+        return vote_response(error)
+    if api_key == ApiKey.FETCH_SNAPSHOT:
+        return fetch_snapshot_response(error)
+    return epoch_response(error)

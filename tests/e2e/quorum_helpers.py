@@ -52,24 +52,7 @@ class QuorumTestError(AssertionError):
 
 
 def free_port_run(count: int) -> int:
-    """The first of `count` consecutive free ports (probed, then released: best effort)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        sockets = []
-        try:
-            for offset in range(count):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise QuorumTestError("no run of free ports found")
+    return lc.free_port_run(count)
 
 
 def poll_until(what: str, probe: Callable[[], T | None], timeout_s: float,

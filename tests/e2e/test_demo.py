@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from server.local_cluster import run_cli
+from server.local_cluster import free_port_run, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -40,22 +40,7 @@ def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_
 
 
 def free_ports(count: int) -> int:
-    """The first of `count` consecutive free ports (best effort: probed, then released)."""
-    for _ in range(50):
-        base = free_port()
-        sockets = []
-        try:
-            for offset in range(count):
-                probe = socket.socket()
-                sockets.append(probe)
-                probe.bind(("127.0.0.1", base + offset))
-            return base
-        except OSError:
-            continue
-        finally:
-            for probe in sockets:
-                probe.close()
-    raise RuntimeError("no run of free ports found")
+    return free_port_run(count)
 
 
 def test_cluster_up_starts_a_three_controller_quorum(tmp_path):
