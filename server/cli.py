@@ -439,55 +439,98 @@ def cmd_cluster_up(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """A local 3-controller quorum and a short upgrade story, as an operator would run it."""
+    import shutil
+
     from server import local_cluster as lc
     from server.storage.meta_properties import random_uuid_string
 
     work = Path(args.dir).resolve()
-    spec = lc.plan(work, 1, args.port)[0]
-    if spec.metadata_dir.exists() and not args.keep:
-        import shutil
+    specs = lc.plan(work, args.controllers, args.port)
+    for spec in specs:
+        if spec.metadata_dir.exists() and not args.keep:
+            shutil.rmtree(spec.metadata_dir)
 
-        shutil.rmtree(spec.metadata_dir)
-
-    def step(title: str, argv: list[str], expect_ok: bool = True) -> None:
+    def step(title: str, argv: list[str], expect_ok: bool = True) -> str:
         print(f"\n$ kraftwerk {' '.join(argv)}    # {title}", flush=True)
         result = lc.run_cli(*argv)
         sys.stdout.write(result.stdout)
         if result.returncode != 0 and expect_ok:
             sys.stdout.write(result.stderr)
             raise CommandError(f"demo step failed: kraftwerk {' '.join(argv)}")
+        return result.stdout
 
-    lc.write_config(spec, [spec])
-    if not (spec.metadata_dir / "meta.properties").exists():
-        step("format storage at 3.7-IV4", ["storage", "format", "--cluster-id", random_uuid_string(),
-                                            "--metadata-version", "3.7-IV4", "--config", str(spec.config_path)])
+    cluster_id = random_uuid_string()
+    for spec in specs:
+        lc.write_config(spec, specs)
+        if not (spec.metadata_dir / "meta.properties").exists():
+            step(f"format controller {spec.node_id} at 3.7-IV4",
+                 ["storage", "format", "--cluster-id", cluster_id, "--metadata-version", "3.7-IV4",
+                  "--config", str(spec.config_path)])
+    processes: dict[int, lc.ControllerProcess] = {}
     try:
-        controller = lc.start_controller(spec)
+        for spec in specs:
+            processes[spec.node_id] = lc.start_controller(spec)
     except lc.LocalClusterError as exc:
+        for process in processes.values():
+            lc.stop_controller(process)
         raise CommandError(str(exc)) from None
     try:
-        server = controller.address
-        print(f"\nController 1 is running on {server} (pid {controller.process.pid}, logs in {spec.log_path}).")
-        step("what does the cluster support and run?", ["features", "describe", "--bootstrap-server", server])
+        servers = ",".join(p.address for p in processes.values())
+        first = processes[specs[0].node_id].address
+        print()
+        for process in processes.values():
+            print(f"Controller {process.spec.node_id} is running on {process.address} "
+                  f"(pid {process.process.pid}, logs in {process.spec.log_path}).")
+        deadline = time.monotonic() + 30  # the quorum elects a leader, which writes the bootstrap records
+        while time.monotonic() < deadline:
+            probe = lc.run_cli("features", "describe", "--bootstrap-server", first)
+            mv_line = next((line for line in probe.stdout.splitlines() if "metadata.version" in line), "")
+            if mv_line and "FinalizedVersionLevel: -" not in mv_line:
+                break
+            time.sleep(0.1)
+        step("what does the cluster support and run?", ["features", "describe", "--bootstrap-server", first])
         step("would an upgrade to 3.9-IV0 work? (dry run)",
-             ["features", "upgrade", "--metadata", "3.9-IV0", "--dry-run", "--bootstrap-server", server])
+             ["features", "upgrade", "--metadata", "3.9-IV0", "--dry-run", "--bootstrap-server", servers])
         step("upgrade metadata.version online", ["features", "upgrade", "--metadata", "3.9-IV0",
-                                                 "--bootstrap-server", server])
-        step("the finalized level and epoch moved", ["features", "describe", "--bootstrap-server", server])
+                                                 "--bootstrap-server", servers])
+        step("the finalized level and epoch moved", ["features", "describe", "--bootstrap-server", first])
         step("a safe downgrade across metadata changes is refused",
-             ["features", "downgrade", "--metadata", "3.6-IV2", "--bootstrap-server", server], expect_ok=False)
+             ["features", "downgrade", "--metadata", "3.6-IV2", "--bootstrap-server", servers], expect_ok=False)
         step("a lossless downgrade is allowed", ["features", "downgrade", "--metadata", "3.8-IV0",
-                                                  "--bootstrap-server", server])
-        step("the quorum", ["metadata-quorum", "describe", "--status", "--bootstrap-server", server])
+                                                  "--bootstrap-server", servers])
+        quorum = step("the quorum", ["metadata-quorum", "describe", "--status", "--bootstrap-server", first])
+        if len(processes) > 1:
+            leader_id = int(next(line.split(":")[1] for line in quorum.splitlines() if line.startswith("LeaderId")))
+            print(f"\n# kill -9 the active controller (node {leader_id}): a survivor takes over", flush=True)
+            lc.stop_controller(processes[leader_id], kill=True)
+            survivors = ",".join(p.address for n, p in processes.items() if n != leader_id)
+            step("writes go on, on the new leader", ["features", "upgrade", "--metadata", "4.0-IV0",
+                                                     "--bootstrap-server", survivors])
+            step("a new leader and epoch", ["metadata-quorum", "describe", "--status", "--bootstrap-server",
+                                            survivors.split(",")[0]])
+            processes[leader_id] = lc.start_controller(processes[leader_id].spec)
+            print(f"\n# controller {leader_id} restarted: it catches up from the quorum", flush=True)
+            deadline = time.monotonic() + 15  # it replays what it missed within moments
+            while time.monotonic() < deadline:
+                probe = lc.run_cli("features", "describe", "--bootstrap-server", processes[leader_id].address)
+                if "FinalizedVersionLevel: 4.0-IV0" in probe.stdout:
+                    break
+                time.sleep(0.1)
+            step(f"controller {leader_id} has the upgrade it missed",
+                 ["features", "describe", "--bootstrap-server", processes[leader_id].address])
         print(f"\nTalk to it with real Kafka clients:\n"
-              f"  python -m kafka.admin -b {server} cluster describe-features\n"
-              f"  kcat -L -b {server}\n"
-              f"  kraftwerk features describe --bootstrap-server {server}\n")
+              f"  python -m kafka.admin -b {first} cluster describe-features\n"
+              f"  kcat -L -b {first}\n"
+              f"  kraftwerk features describe --bootstrap-server {first}\n")
         if not args.exit:
-            _wait_for_interrupt([controller])
+            _wait_for_interrupt(list(processes.values()))
         return EXIT_OK
+    except lc.LocalClusterError as exc:
+        raise CommandError(str(exc)) from None
     finally:
-        lc.stop_controller(controller)
+        for process in processes.values():
+            lc.stop_controller(process)
 
 
 # --------------------------------------------------------------------------
@@ -568,7 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
     demo.add_argument("--dir", default="var/demo")
-    demo.add_argument("--port", type=int, default=9093)
+    demo.add_argument("--port", type=int, default=9093, help="controller N listens on port + N - 1")
+    demo.add_argument("--controllers", type=int, default=3, help="quorum size (1 skips the failover step)")
     demo.add_argument("--keep", action="store_true", help="keep an existing demo directory")
     demo.add_argument("--exit", action="store_true", help="stop the controller after the story")
     demo.set_defaults(func=cmd_demo)

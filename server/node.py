@@ -343,6 +343,20 @@ class ControllerNode:
                                                        "port": e.port}]}
                 for e in self.controller_endpoints()]
 
+    async def learn_quorum_features(self, timeout_s: float) -> None:
+        """Waits (bounded) until every other controller's feature ranges are known.
+
+        Right after start-up the connections to the other controllers may still be
+        negotiating; a feature change checked then would be refused for "controller N
+        has not registered" although N is up. Unreachable controllers stay unknown."""
+        if self.raft_driver is None:
+            return
+        with trio.move_on_after(timeout_s):
+            for voter in self.voters:
+                peer = self.raft_driver.peer(voter.node_id) if voter.node_id != self.config.node_id else None
+                if peer is not None and peer.supported_features is None:
+                    await peer.wait_connected()
+
     def quorum_supported_features(self) -> dict:
         """The other controllers' supported feature ranges, None where not known yet."""
         from server.controller.features import SupportedRange

@@ -14,11 +14,15 @@ from server.observability import Event, get_logger
 
 log = get_logger("controller")
 
+# How long a feature change waits for the other controllers' ranges to become known.
+QUORUM_FEATURES_WAIT_S = 2.0
+
 
 async def handle(ctx, request):
     node = ctx.node
     config = node.controller_config
     version = ctx.api_version
+    await node.learn_quorum_features(QUORUM_FEATURES_WAIT_S)
     try:
         result = await node.submit(
             lambda state, tracker, next_offset, now_ms: commands.update_features(

@@ -102,6 +102,10 @@ class PeerConnection:
     def connected(self) -> bool:
         return self._stream is not None
 
+    async def wait_connected(self) -> None:
+        """Returns once connected and versions are negotiated (callers bound the wait)."""
+        await self._connected.wait()
+
     # -- the connection task ---------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keeps the connection up until cancelled."""

@@ -8,10 +8,20 @@ controller to replay) and the raft.* log events.
 
 The contract with the core, for every Ready, in this order:
   1. persist `quorum_state` (fsync + atomic rename, in a worker thread);
-  2. apply `log_ops` (truncate / append / install snapshot; appends fsync);
-  3. `flush_before_send`: already met, MetadataLog appends are durable;
+  2. apply `log_ops`. A follower's or observer's (truncate / append / install
+     snapshot) are durable when `apply` returns, which meets
+     `flush_before_send`. A leader's (appends only) are staged in memory: the
+     leader sends before its own fsync, as KRaft allows;
+  3. a node that is not leader sends nothing while it has a staged tail (a
+     former leader's is made durable first: its fetch offset and its votes
+     speak for it);
   4. release answers and send requests/responses;
   5. `advance(ready, flushed end offset, now)`.
+A leader's staged tail is written and fsynced by a background task, one at a
+time (appends staged meanwhile share the next fsync); when it completes, the
+driver task calls `note_flushed`. The core counts the leader toward the high
+watermark only up to its flushed end, so a commit always rests on a majority
+of durable copies, and the leader's commit path has no worker-thread hop.
 
 Rules kept here:
 - Only the driver task calls the core. Everyone else hands it an input over a
@@ -43,7 +53,7 @@ from protocol.errors import ErrorCode
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
 from server.observability import Event, get_logger
 from server.raft import messages as m
-from server.raft.core import DEFERRED, NotLeader, QuorumInfo, RaftConfig, RaftCore, Ready, Role
+from server.raft.core import DEFERRED, Append, NotLeader, QuorumInfo, RaftConfig, RaftCore, Ready, Role
 from server.raft.log import SnapshotId
 from server.raft.messages import WIRE_VERSIONS, ApiKey, Body
 from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored, to_stored_id
@@ -162,6 +172,10 @@ class _Propose(NamedTuple):
     reply: _Reply
 
 
+class _Flushed(NamedTuple):
+    """The background write of the leader's staged tail completed."""
+
+
 class _Call(NamedTuple):
     """Runs `function(driver)` (sync or async) in the driver task, between Readies."""
 
@@ -228,6 +242,8 @@ class RaftDriver:
         # epoch -> high watermark when this node's leadership of that epoch ended.
         self._commit_marks: dict[int, int] = {}
         self._leader_epoch: int | None = None
+        # A background write of the leader's staged tail is running.
+        self._flushing = False
         self.snapshot_generation = 0
         # Counters for tests, metrics and benchmarks.
         self.appends = 0
@@ -266,8 +282,14 @@ class RaftDriver:
 
     @property
     def log_end_offset(self) -> int:
-        """End of the durable log (what this node has appended and fsynced)."""
+        """End of this node's log (on a leader it may include appends not fsynced yet:
+        see `flushed_end_offset`)."""
         return self.storage.end_offset
+
+    @property
+    def flushed_end_offset(self) -> int:
+        """End of the durable (written and fsynced) part of this node's log."""
+        return self.storage.flushed_end_offset
 
     @property
     def next_offset(self) -> int:
@@ -328,7 +350,8 @@ class RaftDriver:
         return self._peers.get(node_id)
 
     async def wait_changed(self) -> None:
-        """Returns at the next change of role, epoch, leader, high watermark or snapshot."""
+        """Returns at the next change of role, epoch, leader, high watermark, snapshot or
+        of the leader's flushed end offset."""
         await self._changed.wait()
 
     def _notify(self) -> None:
@@ -539,6 +562,11 @@ class RaftDriver:
                 item.reply.fail(NotLeaderError(result.leader_id, result.epoch))
             else:
                 item.reply.set(result)
+        elif isinstance(item, _Flushed):
+            self._flushing = False
+            core.note_flushed(self.storage.flushed_end_offset, now)
+            self._notify()
+            self._start_flush()
         elif isinstance(item, _Call):
             # Drain first: a call may do I/O on the log, never between ready() and advance().
             await self._drain()
@@ -563,7 +591,7 @@ class RaftDriver:
                 raise RuntimeError("the raft core's Ready loop does not settle")
             ready = core.ready()
             await self._carry_out(ready)
-            core.advance(ready, self.storage.end_offset, self._clock_ms())
+            core.advance(ready, self.storage.flushed_end_offset, self._clock_ms())
         self._release_held()
 
     async def _carry_out(self, ready: Ready) -> None:
@@ -571,9 +599,16 @@ class RaftDriver:
         if ready.quorum_state is not None:
             await trio.to_thread.run_sync(self._store.write, ready.quorum_state)
             self.quorum_state_writes += 1
-        # 2 + 3. Log operations; appends are fsynced by MetadataLog, which also
-        # covers flush_before_send.
-        if ready.log_ops:
+        core = self._core
+        assert core is not None
+        is_leader = core.role is Role.LEADER
+        # 2. Log operations.
+        if ready.log_ops and is_leader and not ready.flush_before_send and all(
+                isinstance(op, Append) for op in ready.log_ops):
+            staged = self.storage.stage([op.batch for op in ready.log_ops])
+            self.appends += 1
+            self.appended_batches += len(staged)
+        elif ready.log_ops:
             applied = await self.storage.apply(ready.log_ops)
             if applied.appended_batches:
                 self.appends += 1
@@ -585,6 +620,9 @@ class RaftDriver:
                 self.snapshot_generation += 1
                 _log.info(RAFT_SNAPSHOT_INSTALLED, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
                           epoch=snapshot_id.epoch)
+        # 3. What a non-leader sends (fetch offsets, votes) must be durable.
+        if not is_leader and self.storage.has_staged:
+            await self.storage.flush()
         changed = bool(ready.log_ops) or ready.quorum_state is not None
         if ready.high_watermark is not None and ready.high_watermark > self._high_watermark:
             self._high_watermark = ready.high_watermark
@@ -613,6 +651,24 @@ class RaftDriver:
         for request in ready.requests:
             self.requests_sent[ApiKey(request.api_key)] += 1
             nursery.start_soon(self._exchange, request.destination, int(request.api_key), request.body)
+        if is_leader:
+            self._start_flush()
+
+    def _start_flush(self) -> None:
+        """Starts the background write of the staged tail unless one runs (the next
+        starts when it reports back) or nothing is staged."""
+        if self._flushing or not self.storage.has_staged or self._nursery is None:
+            return
+        self._flushing = True
+        self._nursery.start_soon(self._flush_staged)
+
+    async def _flush_staged(self) -> None:
+        # A storage failure raises here and ends `run` through the nursery (fatal).
+        await self.storage.write_staged()
+        try:
+            await self._send_channel.send(_Flushed())
+        except trio.ClosedResourceError:
+            pass
 
     def _note_leadership_end(self) -> None:
         # The leader role ends in this Ready: remember how far this leadership

@@ -12,9 +12,17 @@ Rules kept here:
   (`trio.to_thread`); only the driver task calls them, never between the
   core's `ready()` and `advance()` from anywhere else, so the core never sees
   the log change in the middle of a step.
-- Every append is durable when it returns (MetadataLog fsyncs), so the
-  driver's flushed end offset is always the log's end offset. Consecutive
-  appends of one Ready are written with one `append_raw` (one fsync).
+- `apply` (a follower's or observer's Ready) is durable when it returns:
+  MetadataLog fsyncs. Consecutive appends of one Ready are written with one
+  `append_raw` (one fsync).
+- A leader may send before its own fsync (KRaft does), so its appends are
+  *staged*: `stage` puts them in memory at once (no worker thread on the
+  commit path) and the log answers the core as if they were written (end
+  offset, epochs, reads from the tail); `write_staged` then writes and fsyncs
+  everything staged in one worker-thread call. `flushed_end_offset` (the
+  MetadataLog's end) is all the core may count as durable. At most one
+  `write_staged` runs at a time, and `apply`, `flush` and `compact` wait for
+  it, so the MetadataLog sees one writer and staged batches land in order.
 - An installed snapshot is written to its `.checkpoint` file (verified,
   fsynced, renamed) *before* the log is reset to it: a crash in between
   leaves a snapshot past the log end, which start-up recovery finishes.
@@ -142,6 +150,11 @@ class MetadataRaftLog:
         self._cache: list[StoredBatch] = []
         self._cache_offsets: list[int] = []
         self._cached_bytes = 0
+        # Leader appends not yet durable in the MetadataLog, contiguous from its end
+        # (batches the writer already wrote are skipped by offset, see `_unwritten`).
+        self._staged: list[StoredBatch] = []
+        # Set while `write_staged` runs (one writer at a time).
+        self._writing: trio.Event | None = None
 
     # ------------------------------------------------------------------
     # RaftLog (what the core reads)
@@ -153,15 +166,40 @@ class MetadataRaftLog:
 
     @property
     def end_offset(self) -> int:
+        """End of the log including staged (not yet durable) leader appends."""
+        unwritten = self._unwritten()
+        return unwritten[-1].next_offset if unwritten else self.metadata_log.end_offset
+
+    @property
+    def flushed_end_offset(self) -> int:
+        """Everything below this offset is written and fsynced."""
         return self.metadata_log.end_offset
 
     @property
     def last_epoch(self) -> int:
-        return self.metadata_log.last_epoch
+        unwritten = self._unwritten()
+        return unwritten[-1].epoch if unwritten else self.metadata_log.last_epoch
+
+    def _unwritten(self) -> list[StoredBatch]:
+        """The staged batches the MetadataLog does not hold yet. The writer thread
+        moves the log's end before the driver task drops what it wrote."""
+        staged = self._staged
+        if not staged:
+            return staged
+        written_end = self.metadata_log.end_offset
+        if staged[0].base_offset >= written_end:
+            return staged
+        return [batch for batch in staged if batch.base_offset >= written_end]
 
     def epoch_before(self, offset: int) -> int:
         log = self.metadata_log
         start = log.start_offset
+        if offset > log.end_offset:
+            # Inside (or at the end of) the staged tail: the batch holding offset - 1.
+            for batch in self._unwritten():
+                if batch.base_offset < offset <= batch.next_offset:
+                    return batch.epoch
+            raise AssertionError((offset, start, self.end_offset))
         assert start <= offset <= log.end_offset, (offset, start, log.end_offset)
         if offset == start:
             return (log.epoch_before_start or 0) if start > 0 else 0
@@ -182,21 +220,25 @@ class MetadataRaftLog:
         for entry in log.epoch_start_offsets():
             if not starts or entry.epoch > starts[-1][0]:
                 starts.append((entry.epoch, entry.start_offset))
-        return end_offset_for_epoch_in(starts, log.end_offset, epoch)
+        for batch in self._unwritten():
+            if not starts or batch.epoch > starts[-1][0]:
+                starts.append((batch.epoch, batch.base_offset))
+        return end_offset_for_epoch_in(starts, self.end_offset, epoch)
 
     def read_cached(self, from_offset: int, max_bytes: int) -> list[Batch] | None:
         """Like `read`, but only from the in-memory tail: None on a miss (no disk I/O),
         so the trio thread can serve the common case without a worker-thread hop."""
-        end = self.metadata_log.end_offset
+        end = self.end_offset
         if from_offset >= end:
             return []
         cache = self._cache
-        if cache and cache[0].base_offset <= from_offset and cache[-1].next_offset == end:
+        if (cache and cache[0].base_offset <= from_offset and cache[-1].next_offset == end
+                or from_offset >= self.metadata_log.end_offset):
             return self.read(from_offset, max_bytes)
         return None
 
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
-        end = self.metadata_log.end_offset
+        end = self.end_offset
         if from_offset >= end:
             return []
         cache = self._cache
@@ -210,7 +252,20 @@ class MetadataRaftLog:
                 out.append(batch)
                 budget += len(batch.raw)
             return out
+        if from_offset >= self.metadata_log.end_offset:
+            # Staged, not written yet (only when the tail cache is off or too small).
+            out = []
+            budget = 0
+            for batch in self._unwritten():
+                if batch.next_offset <= from_offset:
+                    continue
+                if out and budget + len(batch.raw) > max_bytes:
+                    break
+                out.append(batch)
+                budget += len(batch.raw)
+            return out
         # Cold read (a follower far behind): bounded by max_bytes, from the page cache mostly.
+        # Written batches only; the staged tail comes with the next read.
         return list(decode_stored(self.metadata_log.read_raw(from_offset, max_bytes)))
 
     def latest_snapshot_id(self) -> SnapshotId | None:
@@ -234,8 +289,64 @@ class MetadataRaftLog:
     # Mutations (the driver task only)
     # ------------------------------------------------------------------
 
+    def stage(self, batches: Sequence[Batch]) -> list[StoredBatch]:
+        """A leader's appends: part of the log's answers at once, durable only after
+        `write_staged` (see the module docstring). No I/O, so no worker thread."""
+        stored = [batch if getattr(batch, "raw", None) is not None else stored_batch(batch, raw_bytes(batch))
+                  for batch in batches]
+        end, epoch = self.end_offset, self.last_epoch
+        for batch in stored:
+            if batch.base_offset != end or batch.epoch < epoch:
+                raise ValueError(f"staged batch at {batch.base_offset} (epoch {batch.epoch}) does not continue "
+                                 f"the log at {end} (epoch {epoch})")
+            end, epoch = batch.next_offset, batch.epoch
+        self._staged.extend(stored)  # type: ignore[arg-type]
+        self._cache_add(stored)  # type: ignore[arg-type]
+        return stored  # type: ignore[return-value]
+
+    @property
+    def has_staged(self) -> bool:
+        return bool(self._unwritten())
+
+    async def write_staged(self) -> int:
+        """Writes and fsyncs everything staged, in one worker-thread call; returns the
+        flushed end offset. Waits for a write already running."""
+        await self._wait_writer()
+        batches = self._unwritten()
+        if not batches:
+            self._staged = []
+            return self.flushed_end_offset
+        batches = list(batches)
+        writing = self._writing = trio.Event()
+        try:
+            await trio.to_thread.run_sync(self._append_sync, batches)
+        finally:
+            self._writing = None
+            writing.set()
+        written_end = self.metadata_log.end_offset
+        self._staged = [batch for batch in self._staged if batch.base_offset >= written_end]
+        return self.flushed_end_offset
+
+    async def flush(self) -> int:
+        """Makes the whole log durable (staged appends included); returns the flushed end."""
+        # Bounded: each round writes what was staged before it; nothing stages meanwhile
+        # unless the caller (the driver task) does.
+        for _ in range(2):
+            await self.write_staged()
+            if not self.has_staged:
+                break
+        return self.flushed_end_offset
+
+    async def _wait_writer(self) -> None:
+        # Bounded: each wait ends with one write; only the driver task starts writes.
+        while self._writing is not None:
+            await self._writing.wait()
+
     async def apply(self, ops: Sequence[LogOp]) -> AppliedOps:
-        """Applies a Ready's log operations in order; appends are durable on return."""
+        """Applies a Ready's log operations in order; appends are durable on return.
+        Staged leader appends are written first (a former leader's tail)."""
+        if self._writing is not None or self._staged:
+            await self.flush()
         applied = AppliedOps()
         index = 0
         # Bounded by len(ops): every round consumes at least one operation.
@@ -270,6 +381,10 @@ class MetadataRaftLog:
         log start (rounded down to a batch boundary, see MetadataLog.delete_before)."""
         if self.snapshot_size(snapshot_id) is None:
             raise ValueError(f"no snapshot file for {snapshot_id} in {self.directory}")
+        await self._wait_writer()
+        if snapshot_id.end_offset > self.metadata_log.end_offset:
+            # A leader may have committed (on its followers' copies) past its own staged tail.
+            await self.flush()
         if snapshot_id.end_offset > self.metadata_log.end_offset:
             raise ValueError(f"snapshot {snapshot_id} ends beyond the log end {self.metadata_log.end_offset}")
         if snapshot_id.end_offset > self.metadata_log.start_offset:

@@ -17,8 +17,8 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_demo_tells_the_upgrade_story_and_stops_cleanly(tmp_path):
-    result = run_cli("demo", "--exit", "--port", str(free_port()), "--dir", str(tmp_path), timeout_s=120)
+def test_demo_tells_the_upgrade_story_with_a_failover_and_stops_cleanly(tmp_path):
+    result = run_cli("demo", "--exit", "--port", str(free_port_run(3)), "--dir", str(tmp_path), timeout_s=180)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "FinalizedVersionLevel: 3.7-IV4" in out
@@ -27,9 +27,17 @@ def test_demo_tells_the_upgrade_story_and_stops_cleanly(tmp_path):
     assert "FinalizedVersionLevel: 3.9-IV0" in out
     assert "Could not downgrade metadata.version to 3.6-IV2." in out
     assert "metadata.version was downgraded to 3.8-IV0." in out
-    assert "LeaderId:               1" in out
-    # The controller was stopped: its log says so and the port is free again.
-    assert '"event": "server.started"' in (tmp_path / "controller-1.log").read_text()
+    assert "CurrentVoters:          [1,2,3]" in out
+    # The failover: the leader is killed, the survivors accept the next upgrade under a new
+    # leader, and the restarted node reports the level it missed.
+    assert "kill -9 the active controller" in out
+    assert "metadata.version was upgraded to 4.0-IV0." in out
+    epochs = [int(line.split(":")[1]) for line in out.splitlines() if line.startswith("LeaderEpoch")]
+    assert len(epochs) == 2 and epochs[1] > epochs[0]
+    restarted = out.split("has the upgrade it missed", 1)[1]
+    assert "FinalizedVersionLevel: 4.0-IV0" in restarted
+    for node_id in (1, 2, 3):
+        assert '"event": "server.started"' in (tmp_path / f"controller-{node_id}.log").read_text()
 
 
 def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_path):

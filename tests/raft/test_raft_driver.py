@@ -3,6 +3,8 @@ replication, failover, restart and catch-up by FetchSnapshot."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
 
@@ -51,11 +53,13 @@ async def test_three_voters_elect_one_leader_and_replicate_identical_committed_b
             committed = await cluster.commit(leader, proposed)
             # Concurrent proposals share appends (group commit), one fsync each.
             assert leader.driver.appends - appends_before < len(proposed)
+            end = max(offset for offset, _ in committed) + 1
+            # The leader's own fsync may trail its commits (followers' copies commit them).
+            await cluster.wait_until(lambda: leader.driver.flushed_end_offset >= end)
             for (offset, epoch), value in zip(committed, proposed):
                 assert epoch == leader.driver.epoch
                 assert entry_at(leader, offset) == (epoch, value)
 
-            end = max(offset for offset, _ in committed) + 1
             await cluster.wait_until(lambda: all(
                 node.driver.high_watermark >= end and node.applied_offset >= end for node in cluster.nodes.values()))
             reference = leader.committed_batches(end)
@@ -100,7 +104,8 @@ async def test_failover_keeps_committed_data_and_a_restarted_node_catches_up(tmp
             await cluster.wait_until(lambda: restarted.driver.high_watermark >= end_after
                                      and restarted.applied_offset >= end_after)
             assert restarted.driver.role is Role.FOLLOWER and restarted.driver.leader_id == second.node_id
-            await cluster.wait_until(lambda: all(node.applied_offset >= end_after for node in cluster.nodes.values()))
+            await cluster.wait_until(lambda: all(node.applied_offset >= end_after for node in cluster.nodes.values())
+                                     and second.driver.flushed_end_offset >= end_after)
             reference = second.committed_batches(end_after)
             for node in cluster.nodes.values():
                 assert node.committed_batches(end_after) == reference
@@ -143,8 +148,60 @@ async def test_a_follower_behind_the_log_start_catches_up_by_fetch_snapshot(tmp_
             # Replication continues on top of the installed snapshot.
             later = await cluster.commit(leader, values("later", 5))
             end = max(offset for offset, _ in later) + 1
-            await cluster.wait_until(lambda: all(node.applied_offset >= end for node in cluster.nodes.values()))
+            await cluster.wait_until(lambda: all(node.applied_offset >= end for node in cluster.nodes.values())
+                                     and leader.driver.flushed_end_offset >= end)
             for node in cluster.nodes.values():
                 assert node.values == leader.values
             assert restarted.committed_batches(end) == [
                 batch for batch in leader.committed_batches(end) if batch[0] >= snapshot_end]
+
+
+async def test_a_leader_commits_on_its_followers_durable_copies_while_its_own_fsync_lags(tmp_path):
+    """The leader sends before its own fsync (KRaft does): a commit rests on a majority of
+    durable copies, here both followers', while the leader's write is held."""
+    async with raft_cluster(tmp_path) as cluster:
+        with trio.fail_after(BOUND_S):
+            leader = await cluster.wait_for_leader()
+            await cluster.commit(leader, values("warm", 3))
+            await cluster.wait_until(lambda: leader.driver.flushed_end_offset >= leader.driver.high_watermark)
+            followers = [node for node in cluster.nodes.values() if node is not leader]
+
+            entered, release = threading.Event(), threading.Event()
+            real_append_raw = leader.metadata_log.append_raw
+
+            def held_append_raw(data):
+                # Runs in the leader's writer thread: holds the write and its fsync.
+                entered.set()
+                if not release.wait(timeout=BOUND_S):
+                    raise RuntimeError("the test did not release the leader's write")
+                return real_append_raw(data)
+
+            leader.metadata_log.append_raw = held_append_raw
+            try:
+                flushed_before = leader.driver.flushed_end_offset
+                base, epoch = await leader.driver.propose([b"held"])
+                await leader.driver.wait_committed(base, epoch)
+                assert await trio.to_thread.run_sync(entered.wait, BOUND_S)
+                high_watermark = leader.driver.high_watermark
+                assert high_watermark > base
+                # Not on the leader's disk: its durable end did not move, the file lacks the entry.
+                assert leader.driver.flushed_end_offset == leader.metadata_log.end_offset == flushed_before <= base
+                assert all(batch[0] + len(batch[2]) <= base for batch in leader.committed_batches(base + 1))
+                # ... but durable on both followers, so on a majority.
+                for node in followers:
+                    assert node.metadata_log.end_offset > base
+                    assert entry_at(node, base) == (epoch, b"held")
+                # The leader still serves its own log (reads come from the staged tail).
+                assert leader.driver.log_end_offset == base + 1
+            finally:
+                release.set()
+            await cluster.wait_until(lambda: leader.driver.flushed_end_offset == leader.driver.log_end_offset)
+            # The flush completing changes nothing that was acknowledged.
+            assert leader.driver.high_watermark == high_watermark
+            assert entry_at(leader, base) == (epoch, b"held")
+            await cluster.wait_until(lambda: all(node.applied_offset >= base + 1 for node in cluster.nodes.values()))
+            reference = leader.committed_batches(base + 1)
+            for node in followers:
+                assert node.committed_batches(base + 1) == reference
+            for node in cluster.nodes.values():
+                assert node.values[-1] == b"held" and node.values == leader.values
