@@ -39,9 +39,14 @@ async def test_three_voters_elect_one_leader_and_replicate_identical_committed_b
             followers = [node for node in cluster.nodes.values() if node is not leader]
             assert [node.driver.role for node in followers] == [Role.FOLLOWER, Role.FOLLOWER]
             # The election is durable: the quorum-state file names the leader and its epoch.
-            for node in cluster.nodes.values():
+            # (The driver's properties show the core's state, which a follower persists in the
+            # Ready that follows, so a wake-up from another node can come just before the write.)
+            def durable(node) -> bool:
                 state = read_quorum_state(node.directory)
-                assert (state.epoch, state.leader_id) == (leader.driver.epoch, leader.node_id)
+                return (state.epoch, state.leader_id) == (leader.driver.epoch, leader.node_id)
+
+            await cluster.wait_until(lambda: all(durable(node) for node in cluster.nodes.values()))
+            assert cluster.agreed_leader() is leader
 
             with pytest.raises(NotLeaderError) as refused:
                 await followers[0].driver.propose([b"not here"])
