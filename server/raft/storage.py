@@ -194,12 +194,12 @@ class MetadataRaftLog:
     def epoch_before(self, offset: int) -> int:
         log = self.metadata_log
         start = log.start_offset
-        if offset > log.end_offset:
-            # Inside (or at the end of) the staged tail: the batch holding offset - 1.
-            for batch in self._unwritten():
-                if batch.base_offset < offset <= batch.next_offset:
-                    return batch.epoch
-            raise AssertionError((offset, start, self.end_offset))
+        # The batch holding offset - 1 may be staged. All of `_staged`, not only the
+        # unwritten part: the writer thread may move the log's end at any moment, and
+        # the list only shrinks in this (the driver's) task.
+        for batch in self._staged:
+            if batch.base_offset < offset <= batch.next_offset:
+                return batch.epoch
         assert start <= offset <= log.end_offset, (offset, start, log.end_offset)
         if offset == start:
             return (log.epoch_before_start or 0) if start > 0 else 0
@@ -220,7 +220,8 @@ class MetadataRaftLog:
         for entry in log.epoch_start_offsets():
             if not starts or entry.epoch > starts[-1][0]:
                 starts.append((entry.epoch, entry.start_offset))
-        for batch in self._unwritten():
+        # All of `_staged` (see epoch_before); a batch both written and staged adds nothing.
+        for batch in self._staged:
             if not starts or batch.epoch > starts[-1][0]:
                 starts.append((batch.epoch, batch.base_offset))
         return end_offset_for_epoch_in(starts, self.end_offset, epoch)
@@ -252,21 +253,23 @@ class MetadataRaftLog:
                 out.append(batch)
                 budget += len(batch.raw)
             return out
-        if from_offset >= self.metadata_log.end_offset:
-            # Staged, not written yet (only when the tail cache is off or too small).
-            out = []
-            budget = 0
-            for batch in self._unwritten():
-                if batch.next_offset <= from_offset:
-                    continue
-                if out and budget + len(batch.raw) > max_bytes:
-                    break
-                out.append(batch)
-                budget += len(batch.raw)
-            return out
-        # Cold read (a follower far behind): bounded by max_bytes, from the page cache mostly.
-        # Written batches only; the staged tail comes with the next read.
-        return list(decode_stored(self.metadata_log.read_raw(from_offset, max_bytes)))
+        out: list[Batch] = []
+        if from_offset < self.metadata_log.end_offset:
+            # Cold read (a follower far behind): bounded by max_bytes, from the page cache mostly.
+            out.extend(decode_stored(self.metadata_log.read_raw(from_offset, max_bytes)))
+        # Then staged batches not written yet (the tail cache is off or too small), while
+        # they continue what was read and fit the budget.
+        position = out[-1].next_offset if out else from_offset
+        budget = sum(len(batch.raw) for batch in out)  # type: ignore[attr-defined]
+        for batch in self._unwritten():
+            if batch.next_offset <= position:
+                continue
+            if batch.base_offset > position or out and budget + len(batch.raw) > max_bytes:
+                break
+            out.append(batch)
+            budget += len(batch.raw)
+            position = batch.next_offset
+        return out
 
     def latest_snapshot_id(self) -> SnapshotId | None:
         return self._latest_snapshot

@@ -136,3 +136,44 @@ async def test_appends_of_one_ready_share_one_write(tmp_path):
         assert len(calls) == 2 and [b.values for b in real.read(20, 1 << 20)] == [(b"z",)]
     finally:
         metadata_log.close()
+
+
+@pytest.mark.parametrize("tail_cache_bytes", [0, 1 << 20])
+async def test_staged_leader_appends_answer_at_once_and_are_durable_after_write_staged(tmp_path, tail_cache_bytes):
+    metadata_log = MetadataLog.open(tmp_path / "log")
+    try:
+        real = MetadataRaftLog(metadata_log, tail_cache_bytes=tail_cache_bytes)
+        memory = MemoryRaftLog()
+        first = [Batch(0, 1, (b"a", b"b"), None, 0)]
+        await real.apply([Append(batch) for batch in first])
+        for batch in first:
+            memory.append(batch)
+        staged = [Batch(2, 1, (b"c",), None, 0), Batch(3, 2, (b"d", b"e"), None, 0)]
+        real.stage(staged)
+        for batch in staged:
+            memory.append(batch)
+        # The core sees the staged tail as part of the log; the disk does not have it yet.
+        assert_same_view(memory, real, "staged")
+        assert real.has_staged and real.flushed_end_offset == metadata_log.end_offset == 2
+        assert [b.values for b in real.read_cached(2, 1 << 20)] == [(b"c",), (b"d", b"e")]
+        # A batch that does not continue the log is refused.
+        with pytest.raises(ValueError):
+            real.stage([Batch(9, 2, (b"x",), None, 0)])
+        with pytest.raises(ValueError):
+            real.stage([Batch(5, 1, (b"x",), None, 0)])  # a lower epoch
+
+        assert await real.write_staged() == 5
+        assert not real.has_staged and real.flushed_end_offset == metadata_log.end_offset == 5
+        assert_same_view(memory, real, "written")
+        # A follower's Ready (here a truncation) first writes whatever is still staged.
+        real.stage([Batch(5, 2, (b"f",), None, 0)])
+        applied = await real.apply([TruncateTo(4)])
+        assert applied.truncated_to == [4] and not real.has_staged
+        assert real.end_offset == metadata_log.end_offset == 3  # batches are atomic: 3..4 went whole
+    finally:
+        metadata_log.close()
+    reopened = MetadataLog.open(tmp_path / "log")
+    try:
+        assert reopened.end_offset == 3
+    finally:
+        reopened.close()
