@@ -1,10 +1,11 @@
 """A controller node: storage, state, the controller loop and the listener, wired.
 
 Owns: start-up (read meta.properties, open and recover the metadata log,
-load the latest snapshot and replay the log after it, write the bootstrap
-records on the very first start), the read-only views the handlers use,
-snapshot scheduling, and the trio tasks of a running node (listener,
-controller loop, broker-session timer).
+load the latest snapshot, build the Raft driver for `controller.quorum.voters`
+— this node alone when none are configured), the read-only views the
+handlers use, snapshot scheduling, and the trio tasks of a running node
+(listener, Raft driver, controller loop, broker-session timer). The log after
+the snapshot is replayed by the controller loop as the quorum commits it.
 
 Rules kept here:
 - Start-up replays through the same `ControllerState.replay` as live
