@@ -85,7 +85,6 @@ class ServerConfig:
     # controller.quorum.* with Kafka's defaults (FACTS §11).
     quorum_election_timeout_ms: int = 1_000
     quorum_fetch_timeout_ms: int = 2_000
-    quorum_append_linger_ms: int = 25
     # kraftwerk's: share one append+fsync between concurrent writers (on by default).
     controller_group_commit: bool = True
     # Kafka's metadata.log.max.record.bytes.between.snapshots (20 MiB).
@@ -126,13 +125,15 @@ _KNOWN = {
     "controller.quorum.voters": ("quorum_voters", parse_voters),
     "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
     "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
-    "controller.quorum.append.linger.ms": ("quorum_append_linger_ms", int),
     "metadata.log.max.record.bytes.between.snapshots": ("metadata_snapshot_max_record_bytes", int),
     "controller.group.commit.enable": ("controller_group_commit", _bool),
 }
 
 # Properties Kafka uses that kraftwerk accepts and understands without a field.
-_ACCEPTED = {"process.roles", "controller.listener.names",
+# controller.quorum.append.linger.ms is accepted but has no effect: kraftwerk batches
+# whatever arrives while the previous batch is in flight (group commit), which needs
+# no linger and adds no latency to a lone writer.
+_ACCEPTED = {"process.roles", "controller.listener.names", "controller.quorum.append.linger.ms",
              "listener.security.protocol.map", "inter.broker.listener.name"}
 
 
