@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from io import BytesIO
 
 import trio
 
 from protocol.errors import DecodeError, ErrorCode
-from protocol.header import (
-    REQUEST_HEADER,
-    RESPONSE_HEADER,
-    request_header_version,
-    response_header_version,
-)
+from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
-from server.net.framing import FrameDecoder, frame
+from server.net.framing import FrameDecoder
 
 CLIENT_SOFTWARE_NAME = "kraftwerk-cli"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -97,33 +91,19 @@ class KafkaClient:
         return await self.request(api_key, self.choose_version(api_key, min_version), body)
 
     async def request(self, api_key: int, version: int, body: dict):
-        request_message, response_message = API_MESSAGES[api_key]
         correlation_id = next(self._correlation)
-        out = BytesIO()
-        header = {"request_api_key": api_key, "request_api_version": version,
-                  "correlation_id": correlation_id, "client_id": self._client_id}
-        REQUEST_HEADER.encode_into(request_header_version(request_message, version), header, out)
-        request_message.encode_into(version, body, out)
         try:
-            await self._stream.send_all(frame(out.getvalue()))
+            await self._stream.send_all(encode_request(api_key, version, correlation_id, self._client_id, body))
             payload = await self._read_frame()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise ClientError(f"connection lost during {api_name(api_key)}: {exc}") from None
-        stream = BytesIO(payload)
         try:
-            response_header = RESPONSE_HEADER.decode(response_header_version(request_message, version), stream)
-            if response_header.correlation_id != correlation_id:
-                raise ClientError("response correlation id does not match the request")
-            if api_key == 18:
-                # An ApiVersions error reply is always a v0 body (KIP-511).
-                position = stream.tell()
-                error = int.from_bytes(stream.read(2), "big", signed=True)
-                stream.seek(position)
-                if error != 0:
-                    return response_message.decode(0, stream)
-            return response_message.decode(version, stream)
+            answered_id, response = decode_response(api_key, version, payload)
         except DecodeError as exc:
             raise ClientError(f"undecodable {api_name(api_key)} response: {exc}") from None
+        if answered_id != correlation_id:
+            raise ClientError("response correlation id does not match the request")
+        return response
 
     async def _read_frame(self) -> bytes:
         while True:

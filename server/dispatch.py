@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import DecodeError, ErrorCode
-from protocol.header import REQUEST_HEADER, encode_response_header
+from protocol.header import REQUEST_HEADER, encode_response_header, peek_api
 from protocol.registry import api_name
 from server.apis import API_VERSIONS_KEY, ServedApi
 from server.net.listener import CloseConnection, Connection, PendingResponse
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 log = get_logger("net")
 
-_KEY_VERSION = struct.Struct(">hh")
 _SIZE = struct.Struct(">i")
 
 
@@ -86,7 +85,7 @@ class Dispatcher:
                         error="request shorter than the fixed header", frame_bytes=len(frame))
             self.metrics.request_errors.labels("decode").inc()
             raise CloseConnection()
-        api_key, version = _KEY_VERSION.unpack_from(frame, 0)
+        api_key, version = peek_api(frame)
         api = self.served.get(api_key)
         if api is None:
             log.warning(Event.UNKNOWN_API, connection=conn.connection_id, peer=conn.peer, api_key=api_key,

@@ -31,7 +31,7 @@ from server.apis import controller_apis
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
-from server.controller.features import local_supported_features, unsupported_finalized_levels
+from server.controller.features import SupportedRange, local_supported_features, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, NotControllerError, wall_clock_ms
 from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot, write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker
@@ -360,8 +360,6 @@ class ControllerNode:
 
     def quorum_supported_features(self) -> dict:
         """The other controllers' supported feature ranges, None where not known yet."""
-        from server.controller.features import SupportedRange
-
         known = {}
         for voter in self.voters:
             if voter.node_id == self.config.node_id:

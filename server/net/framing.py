@@ -91,8 +91,3 @@ class FrameDecoder:
         if self._need < 0:
             return max(SIZE_PREFIX_BYTES - len(self._buffer), 1)
         return max(self._need - len(self._buffer), 1)
-
-
-def frame(payload: bytes) -> bytes:
-    """Prefix a payload with its int32 size."""
-    return _SIZE.pack(len(payload)) + payload

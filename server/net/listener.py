@@ -20,7 +20,6 @@ Rules kept here:
 from __future__ import annotations
 
 import itertools
-import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -247,7 +246,3 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *, task
 
     task_status.started(listeners)
     await trio.serve_listeners(handler, listeners)
-
-
-def monotonic_ms() -> float:
-    return time.perf_counter() * 1000

@@ -20,14 +20,13 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass
-from io import BytesIO
 
 import trio
 
 from protocol.errors import DecodeError, ErrorCode
-from protocol.header import REQUEST_HEADER, RESPONSE_HEADER, request_header_version, response_header_version
+from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
-from server.net.framing import FrameDecoder, FrameError, frame
+from server.net.framing import FrameDecoder, FrameError
 from server.observability import get_logger
 
 log = get_logger("net.peer")
@@ -207,18 +206,13 @@ class PeerConnection:
         stream = self._stream
         if stream is None:
             raise PeerUnavailable(f"not connected to node {self.address.node_id}")
-        request_message, response_message = API_MESSAGES[api_key]
         correlation_id = next(self._correlation)
-        out = BytesIO()
-        REQUEST_HEADER.encode_into(request_header_version(request_message, version), {
-            "request_api_key": api_key, "request_api_version": version,
-            "correlation_id": correlation_id, "client_id": self._client_id}, out)
-        request_message.encode_into(version, body, out)
+        data = encode_request(api_key, version, correlation_id, self._client_id, body)
         waiter = _Waiter(api_key, version)
         self._pending[correlation_id] = waiter
         try:
             async with self._send_lock:
-                await stream.send_all(frame(out.getvalue()))
+                await stream.send_all(data)
             await waiter.event.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise PeerUnavailable(f"connection to node {self.address.node_id} lost: {exc}") from None
@@ -226,10 +220,8 @@ class PeerConnection:
             self._pending.pop(correlation_id, None)
         if waiter.error is not None:
             raise waiter.error
-        stream_in = BytesIO(waiter.payload)
         try:
-            RESPONSE_HEADER.decode(response_header_version(request_message, version), stream_in)
-            return response_message.decode(version, stream_in)
+            return decode_response(api_key, version, waiter.payload)[1]
         except DecodeError as exc:
             raise PeerUnavailable(f"undecodable {api_name(api_key)} response from node "
                                   f"{self.address.node_id}: {exc}") from None
