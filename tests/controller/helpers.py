@@ -151,6 +151,29 @@ class Cluster:
     def unregister(self, broker_id: int) -> cmd.ControllerResult:
         return self.run(cmd.unregister_broker(self.state, unregister_request(broker_id), 0, self.config))
 
+    def apply(self, command: tuple) -> None:
+        """One step of a generated command sequence (the Hypothesis tests' vocabulary):
+        ("register", id, incarnation), ("heartbeat", id, current epoch?, fence?, shut down?),
+        ("unregister", id), ("tick", ms), ("expire",), ("features", name, level, type[, validate only])."""
+        kind = command[0]
+        if kind == "register":
+            _, broker_id, incarnation = command
+            self.register(broker_id, uuid.UUID(int=broker_id * 10 + incarnation))
+        elif kind == "heartbeat":
+            _, broker_id, current_epoch, want_fence, want_shut_down = command
+            broker = self.state.broker(broker_id)
+            epoch = broker.epoch if (broker is not None and current_epoch) else 12345
+            self.heartbeat(broker_id, epoch, want_fence=want_fence, want_shut_down=want_shut_down)
+        elif kind == "unregister":
+            self.unregister(command[1])
+        elif kind == "tick":
+            self.now_ms += command[1]
+        elif kind == "expire":
+            self.expire()
+        else:
+            _, feature, level, upgrade_type, *validate_only = command
+            self.update([(feature, level, upgrade_type)], validate_only=bool(validate_only and validate_only[0]))
+
     def expire(self) -> cmd.ControllerResult:
         return self.run(cmd.fence_expired_brokers(self.state, self.tracker, self.now_ms, self.config))
 

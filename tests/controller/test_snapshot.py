@@ -193,26 +193,6 @@ COMMANDS = st.one_of(
 )
 
 
-def run_command(cluster: Cluster, command) -> None:
-    kind = command[0]
-    if kind == "register":
-        cluster.register(command[1], uuid.UUID(int=command[1] * 10 + command[2]))
-    elif kind == "heartbeat":
-        _, broker_id, current_epoch, want_fence, want_shut_down = command
-        broker = cluster.state.broker(broker_id)
-        epoch = broker.epoch if (broker is not None and current_epoch) else 12345
-        cluster.heartbeat(broker_id, epoch, want_fence=want_fence, want_shut_down=want_shut_down)
-    elif kind == "unregister":
-        cluster.unregister(command[1])
-    elif kind == "tick":
-        cluster.now_ms += command[1]
-    elif kind == "expire":
-        cluster.expire()
-    else:
-        _, feature, level, upgrade_type = command
-        cluster.update([(feature, level, upgrade_type)])
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     mv_level=st.sampled_from([4, 7, 17, 21, 22]),
@@ -223,14 +203,14 @@ def test_snapshot_then_log_tail_equals_full_replay(mv_level, commands, split):
     cluster = Cluster.bootstrapped(mv_level=mv_level)
     at = int(split * len(commands))
     for command in commands[:at]:
-        run_command(cluster, command)
+        cluster.apply(command)
     snapshot_end = cluster.next_offset
     image_then = cluster.state.snapshot()
     with tempfile.TemporaryDirectory() as directory:
         snapshot_id = write_controller_snapshot(cluster.state, directory, snapshot_end, 1, 0)
         contents = snap.read_snapshot(snap.snapshot_path(directory, snapshot_id))
     for command in commands[at:]:
-        run_command(cluster, command)
+        cluster.apply(command)
     loaded = load_snapshot(contents.records, snapshot_end, CLUSTER_ID)
     assert loaded.snapshot() == image_then
     for raw, offset in cluster.log:

@@ -139,24 +139,7 @@ COMMANDS = st.one_of(
 def test_random_command_sequences_replay_to_the_same_state(mv_level, commands):
     cluster = Cluster.bootstrapped(mv_level=mv_level)
     for command in commands:
-        kind = command[0]
-        if kind == "register":
-            _, broker_id, incarnation = command
-            cluster.register(broker_id, uuid.UUID(int=broker_id * 10 + incarnation))
-        elif kind == "heartbeat":
-            _, broker_id, current_epoch, want_fence, want_shut_down = command
-            broker = cluster.state.broker(broker_id)
-            epoch = broker.epoch if (broker is not None and current_epoch) else 12345
-            cluster.heartbeat(broker_id, epoch, want_fence=want_fence, want_shut_down=want_shut_down)
-        elif kind == "unregister":
-            cluster.unregister(command[1])
-        elif kind == "tick":
-            cluster.now_ms += command[1]
-        elif kind == "expire":
-            cluster.expire()
-        else:
-            _, feature, level, upgrade_type, validate_only = command
-            cluster.update([(feature, level, upgrade_type)], validate_only=validate_only)
+        cluster.apply(command)
         # Invariants after every command.
         assert cluster.state.metadata_version is not None
         assert cluster.state.metadata_version >= 4
