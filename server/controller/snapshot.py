@@ -2,9 +2,12 @@
 
 Owns: turning a `ControllerState` into snapshot records (`snapshot_plan`,
 `snapshot_records`), rebuilding a state from them (`load_snapshot`), writing
-a controller snapshot file, taking one and dropping the log prefix it covers
-(`take_snapshot`), and start-up recovery (`recover_state`: the newest valid
-snapshot, then the log after it).
+a controller snapshot file, and start-up recovery (`recover_snapshot`: the
+newest valid snapshot and where the log continues; the node replays the log
+after it as the Raft quorum commits it). `take_snapshot` and `recover_state`
+serve a log whose every entry is committed (no Raft in between): the node
+does not use them — under Raft only the driver may move the log start — but
+the snapshot tests and the crash tests drive storage through them.
 
 Rules kept here:
 - Loading goes through the SAME `ControllerState.replay` (and
