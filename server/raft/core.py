@@ -66,6 +66,13 @@ class RaftConfig:
     request_timeout_ms: int = 2000
     # How long a leader parks a Fetch with nothing new (KRaft long poll).
     fetch_max_wait_ms: int = 500
+    # How long a leader may hold back a Fetch answer whose only news is a higher
+    # high watermark, hoping to send it together with the next records. A commit
+    # otherwise costs every follower a second Fetch round trip (the answer that
+    # carries the new high watermark, then the Fetch that parks again), which on
+    # the leader doubles the network work per commit. Followers and observers
+    # learn a high watermark at most this much later; 0 answers at once (KRaft).
+    high_watermark_linger_ms: int = 5
     fetch_max_bytes: int = 8 * 1024 * 1024
     snapshot_chunk_bytes: int = 1024 * 1024
     max_snapshot_bytes: int = 1 << 30
@@ -80,6 +87,8 @@ class RaftConfig:
                      "fetch_max_bytes", "snapshot_chunk_bytes", "retry_backoff_ms", "max_batch_records"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RaftConfig.{name} must be positive")
+        if self.high_watermark_linger_ms < 0:
+            raise ValueError("RaftConfig.high_watermark_linger_ms must not be negative")
 
     @property
     def is_voter(self) -> bool:
@@ -820,10 +829,13 @@ class RaftCore:
             high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
         batches = self.log.read(fetch_offset, min(body.get("max_bytes", self.config.fetch_max_bytes),
                                                   self.config.fetch_max_bytes))
-        if not batches and allow_park and high_watermark <= state.last_sent_high_watermark:
+        if not batches and allow_park:
             wait_ms = min(int(body.get("max_wait_ms", 0)), self.config.fetch_max_wait_ms)
+            if high_watermark > state.last_sent_high_watermark:
+                # Only the high watermark is new: it may wait briefly for the next records.
+                wait_ms = min(wait_ms, self.config.high_watermark_linger_ms)
             if wait_ms > 0:
-                # Long poll: answer when data arrives, the high watermark moves or the wait ends.
+                # Long poll: answer when data arrives or the wait ends.
                 self._parked[replica] = _ParkedFetch(token, body, now_ms + wait_ms)
                 return DEFERRED
         state.last_sent_high_watermark = high_watermark
@@ -842,6 +854,14 @@ class RaftCore:
             assert body is not DEFERRED
             self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
 
+    def _shorten_parked(self, deadline_ms: int) -> None:
+        if deadline_ms <= self._now_ms:
+            self._complete_parked(self._now_ms, only_expired=False)
+            return
+        for replica_id, fetch in self._parked.items():
+            if fetch.deadline_ms > deadline_ms:
+                fetch.deadline_ms = deadline_ms
+
     def _update_leader_high_watermark(self) -> None:
         if self.role is not Role.LEADER:
             return
@@ -856,8 +876,9 @@ class RaftCore:
                 self._leader_high_watermark is None or candidate > self._leader_high_watermark):
             self._leader_high_watermark = candidate
             self._set_high_watermark(candidate)
-            # Followers waiting in a long poll learn the new high watermark now.
-            self._complete_parked(self._now_ms, only_expired=False)
+            # Followers waiting in a long poll learn the new high watermark with the
+            # next records, or within the linger bound if none come.
+            self._shorten_parked(self._now_ms + self.config.high_watermark_linger_ms)
 
     def _set_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
