@@ -1,4 +1,4 @@
-"""Controller configuration: Kafka-style properties into a frozen dataclass.
+"""Node configuration (controllers and brokers): Kafka-style properties into a frozen dataclass.
 
 Owns: `ServerConfig`, `load_properties`, and the mapping from Kafka property
 names (`node.id`, `listeners`, `socket.request.max.bytes`, ...) to typed
@@ -89,7 +89,21 @@ class ServerConfig:
     controller_group_commit: bool = True
     # Kafka's metadata.log.max.record.bytes.between.snapshots (20 MiB).
     metadata_snapshot_max_record_bytes: int = 20 * 1024 * 1024
+    # process.roles: "controller" or "broker" (kraftwerk runs one role per process).
+    process_roles: tuple[str, ...] = ("controller",)
+    # kraftwerk's: act as this Apache Kafka release (server/releases.py); None is
+    # kraftwerk's own software.
+    release: str | None = None
+    # kraftwerk's (KIP-778): a broker closes its client connections when the finalized
+    # metadata.version changes, so clients reconnect and see the new ApiVersions.
+    close_connections_on_metadata_version_change: bool = True
+    # The rack a broker registers with (Kafka's broker.rack).
+    broker_rack: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.process_roles
 
 
 def load_properties(text: str) -> dict[str, str]:
@@ -112,6 +126,13 @@ def _bool(value: str) -> bool:
     return value.strip().lower() in ("true", "1", "yes")
 
 
+def _roles(value: str) -> tuple[str, ...]:
+    roles = tuple(role.strip() for role in value.split(",") if role.strip())
+    if roles not in (("controller",), ("broker",)):
+        raise ValueError(f"process.roles={value!r}: kraftwerk runs either controller or broker in one process")
+    return roles
+
+
 _KNOWN = {
     "node.id": ("node_id", int),
     "socket.request.max.bytes": ("socket_request_max_bytes", int),
@@ -127,13 +148,17 @@ _KNOWN = {
     "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
     "metadata.log.max.record.bytes.between.snapshots": ("metadata_snapshot_max_record_bytes", int),
     "controller.group.commit.enable": ("controller_group_commit", _bool),
+    "process.roles": ("process_roles", _roles),
+    "kraftwerk.release": ("release", str),
+    "kraftwerk.metadata.version.change.close.connections": ("close_connections_on_metadata_version_change", _bool),
+    "broker.rack": ("broker_rack", str),
 }
 
 # Properties Kafka uses that kraftwerk accepts and understands without a field.
 # controller.quorum.append.linger.ms is accepted but has no effect: kraftwerk batches
 # whatever arrives while the previous batch is in flight (group commit), which needs
 # no linger and adds no latency to a lone writer.
-_ACCEPTED = {"process.roles", "controller.listener.names", "controller.quorum.append.linger.ms",
+_ACCEPTED = {"controller.listener.names", "controller.quorum.append.linger.ms",
              "listener.security.protocol.map", "inter.broker.listener.name"}
 
 

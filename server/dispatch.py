@@ -100,6 +100,15 @@ class Dispatcher:
                         served=f"{api.min_version}-{api.max_version}")
             self.metrics.request_errors.labels("unsupported_version").inc()
             raise CloseConnection()
+        allowed = self.node.advertised_ranges().get(api_key)
+        if allowed is None or version > allowed[1]:
+            # Served by the software, but not at this finalized metadata.version (KIP-778):
+            # as unknown to the client as any version we never advertised.
+            log.warning(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer,
+                        api=api_name(api_key), api_version=version,
+                        allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}")
+            self.metrics.request_errors.labels("gated_version").inc()
+            raise CloseConnection()
         stream = BytesIO(frame)
         try:
             header = REQUEST_HEADER.decode(api.request_header_version(version), stream)

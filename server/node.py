@@ -27,11 +27,11 @@ import trio
 from protocol.errors import DecodeError
 from protocol.record_batch import decode_batches, encode_batch
 from protocol.records import decode_metadata_record, encode_metadata_record
-from server.apis import controller_apis
+from server.apis import AdvertisedApis, controller_apis
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
-from server.controller.features import SupportedRange, local_supported_features, unsupported_finalized_levels
+from server.controller.features import SupportedRange, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, NotControllerError, wall_clock_ms
 from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot, write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker
@@ -45,6 +45,7 @@ from server.raft.driver import DriverStopped, RaftDriver
 from server.raft.log import SnapshotId as RaftSnapshotId
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
+from server.releases import supported_features as release_supported_features
 from server.storage.durable import write_file_atomically
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
@@ -91,13 +92,16 @@ class ControllerNode:
         self.config = config
         self.metrics = Metrics()
         self.served_apis = controller_apis()
+        self._advertised = AdvertisedApis(self.served_apis)
         self.cluster_id = ""
         self.port = config.listener.port
         self.controller: ControllerLoop | None = None
         self.raft_driver: RaftDriver | None = None
         self.metadata_log: MetadataLog | None = None
-        supported = local_supported_features(config.unstable_feature_versions_enable)
-        self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
+        # What this node's software supports: kraftwerk's own, or a Kafka release's (--release).
+        self.supported_node_features = release_supported_features(config.release,
+                                                                   config.unstable_feature_versions_enable)
+        self._supported = {name: (r.min_level, r.max_level) for name, r in self.supported_node_features.items()}
         self.controller_config: ControllerConfig | None = None
         self._api_versions_cache: dict[tuple[int, int], bytes] = {}
         self._bootstrap_records = None
@@ -132,7 +136,7 @@ class ControllerNode:
             raise StartupError(f"node.id {self.config.node_id} is not in controller.quorum.voters "
                                f"({', '.join(map(str, voter_ids))})")
         self.cluster_id = meta.cluster_id
-        supported = local_supported_features(self.config.unstable_feature_versions_enable)
+        supported = self.supported_node_features
         self.controller_config = ControllerConfig(
             node_id=self.config.node_id,
             cluster_id=meta.cluster_id,
@@ -288,6 +292,11 @@ class ControllerNode:
 
     def finalized_features_epoch(self) -> int:
         return self.state.finalized_features_epoch
+
+    def advertised_ranges(self) -> dict[int, tuple[int, int]]:
+        """The API versions served now: gated by the finalized metadata.version."""
+        state = self.state
+        return self._advertised.current(state.finalized_features_epoch, state.metadata_version)
 
     def api_versions_body(self, version: int):
         key = (version, self.state.finalized_features_epoch)

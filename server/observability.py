@@ -69,6 +69,20 @@ class Event(StrEnum):
     CONTROLLER_ACTIVATED = "controller.activated"
     CONTROLLER_DEACTIVATED = "controller.deactivated"
     CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL = "controller.unsupported_finalized_level"
+    GATED_VERSION = "net.gated_version"
+    # The broker agent (server/broker/).
+    BROKER_STARTED = "broker.started"
+    BROKER_REGISTERING = "broker.registering"
+    BROKER_REGISTERED_WITH_CONTROLLER = "broker.registered"
+    BROKER_REGISTRATION_REFUSED = "broker.registration_refused"
+    BROKER_STATE_CHANGED = "broker.state_changed"
+    BROKER_HEARTBEAT_FAILED = "broker.heartbeat_failed"
+    BROKER_METADATA_VERSION_CHANGED = "broker.metadata_version_changed"
+    BROKER_RENEGOTIATED = "broker.api_versions_renegotiated"
+    BROKER_CLIENT_CONNECTIONS_CLOSED = "broker.client_connections_closed"
+    BROKER_UNSUPPORTED_FINALIZED_LEVEL = "broker.unsupported_finalized_level"
+    BROKER_SHUTDOWN = "broker.controlled_shutdown"
+    BROKER_FORWARD_FAILED = "broker.forward_failed"
 
 
 def configure_logging(level: str = "info", stream=None) -> None:

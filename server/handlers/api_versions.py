@@ -3,7 +3,8 @@
 KIP-511: v3+ carries the client's software name and version, validated
 against Kafka's pattern (INVALID_REQUEST otherwise). KIP-584: v3+ carries
 SupportedFeatures, FinalizedFeaturesEpoch and FinalizedFeatures as tagged
-fields. The encoded body is cached per (version, finalized epoch) because it
+fields. KIP-778: the API versions listed are those the finalized
+metadata.version allows (server/gating.py), so they change with it. The encoded body is cached per (version, finalized epoch) because it
 only changes when features change, and ApiVersions is the hottest request.
 """
 
@@ -33,9 +34,10 @@ def handle(ctx, request):
 
 
 def build_body(node, version: int) -> dict:
+    # KIP-778: only the versions the finalized metadata.version allows (server/gating.py).
     api_keys = [
-        {"api_key": api.api_key, "min_version": api.min_version, "max_version": api.max_version}
-        for api in sorted(node.served_apis.values(), key=lambda a: a.api_key)
+        {"api_key": api_key, "min_version": min_version, "max_version": max_version}
+        for api_key, (min_version, max_version) in sorted(node.advertised_ranges().items())
     ]
     body = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
     if version >= 3:

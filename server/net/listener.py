@@ -54,7 +54,7 @@ class PendingResponse:
 
 
 class Connection:
-    __slots__ = ("connection_id", "peer", "stream", "client_software")
+    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope")
 
     def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream) -> None:
         self.connection_id = connection_id
@@ -62,6 +62,40 @@ class Connection:
         self.stream = stream
         # (name, version) from ApiVersions v3+, for logs.
         self.client_software: tuple[str, str] | None = None
+        # Set while the connection is served: cancelling it ends the connection.
+        self.cancel_scope: trio.CancelScope | None = None
+
+    def close(self) -> None:
+        """Ends the connection from any task (answers not yet written are dropped)."""
+        if self.cancel_scope is not None:
+            self.cancel_scope.cancel()
+
+
+class ConnectionRegistry:
+    """The connections a listener is serving, so a node can close them all at once
+    (a broker does after a metadata.version change, so that clients reconnect and
+    see the new ApiVersions: KIP-778)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, Connection] = {}
+        self.closed_by_request = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def add(self, conn: Connection) -> None:
+        self._open[conn.connection_id] = conn
+
+    def discard(self, conn: Connection) -> None:
+        self._open.pop(conn.connection_id, None)
+
+    def close_all(self) -> int:
+        """Closes every open connection; returns how many."""
+        conns = list(self._open.values())
+        for conn in conns:
+            conn.close()
+        self.closed_by_request += len(conns)
+        return len(conns)
 
 
 class _Outbox:
@@ -148,6 +182,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
             in_flight.release()
 
     async with trio.open_nursery() as nursery:
+        conn.cancel_scope = nursery.cancel_scope
         nursery.start_soon(_writer, conn, receive_channel, writer_done, in_flight, outbox,
                            nursery.cancel_scope.cancel)
         # One idle scope for the whole connection, its deadline pushed forward
@@ -220,8 +255,11 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
     log.debug(Event.CONNECTION_CLOSED, connection=conn.connection_id, peer=conn.peer, reason=reason)
 
 
-async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Listens on host:port; reports the bound listeners through task_status."""
+async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
+                         registry: ConnectionRegistry | None = None,
+                         task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Listens on host:port; reports the bound listeners through task_status. Open
+    connections are kept in `registry` when one is given."""
     listeners = await trio.open_tcp_listeners(port, host=host)
     ids = itertools.count(1)
     metrics = dispatcher.metrics
@@ -235,11 +273,15 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *, task
         conn = Connection(next(ids), peer, stream)
         metrics.connections.inc()
         log.debug(Event.CONNECTION_OPENED, connection=conn.connection_id, peer=peer)
+        if registry is not None:
+            registry.add(conn)
         try:
             await serve_connection(conn, dispatcher)
         except Exception:  # a bug in our code: log it, keep every other connection alive
             log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, peer=peer)
         finally:
+            if registry is not None:
+                registry.discard(conn)
             metrics.connections.dec()
             with trio.move_on_after(1):
                 await stream.aclose()

@@ -95,7 +95,9 @@ class PeerConnection:
         # The peer's SupportedFeatures from its last ApiVersions answer (kept across
         # disconnects: the last thing we knew), None until first connected.
         self.supported_features: dict[str, tuple[int, int]] | None = None
+        self.finalized_features: dict[str, int] = {}
         self.connects = 0  # successful connects, for tests and metrics
+        self.negotiations = 0  # ApiVersions exchanges (connects and renegotiations)
 
     @property
     def connected(self) -> bool:
@@ -155,6 +157,22 @@ class PeerConnection:
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
         self.supported_features = {f.name: (f.min_version, f.max_version)
                                    for f in response.supported_features or ()}
+        self.finalized_features = {f.name: f.max_version_level for f in response.finalized_features or ()}
+        self.negotiations += 1
+
+    async def renegotiate(self, timeout_s: float) -> bool:
+        """Asks for the peer's ApiVersions again on the live connection. KIP-778: after a
+        metadata.version change the peer accepts other versions, and a node must learn them
+        without reconnecting. False when not connected or the peer did not answer in time."""
+        if self._stream is None:
+            return False
+        try:
+            with trio.fail_after(timeout_s):
+                async with self._slots:
+                    await self._negotiate()
+        except (PeerUnavailable, trio.TooSlowError):
+            return False
+        return True
 
     async def _read_loop(self, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(RESPONSE_MAX_BYTES)

@@ -43,10 +43,10 @@ def node_config(directory: Path, **changes) -> ServerConfig:
 
 
 @asynccontextmanager
-async def running_node(tmp_path: Path, **changes):
+async def running_node(tmp_path: Path, metadata_version_level: int = MV_3_7_IV4, **changes):
     """A formatted, started node; cancelled (and its log closed) on exit."""
     directory = tmp_path / "metadata"
-    format_directory(directory)
+    format_directory(directory, metadata_version_level)
     node = ControllerNode(node_config(directory, **changes))
     async with trio.open_nursery() as nursery:
         await nursery.start(node.run)

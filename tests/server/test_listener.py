@@ -38,7 +38,7 @@ def pipelined_requests(count: int) -> list[tuple[int, int, int, dict]]:
         (57, 1, validate_only_update(20)),
         (60, 1, {"endpoint_type": 1}),
         (3, 12, {"topics": []}),
-        (57, 2, validate_only_update(21)),
+        (57, 1, validate_only_update(21)),  # v2 needs metadata.version 3.9-IV0 (gating)
         (55, 2, {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}),
     ]
     return [(*kinds[index % len(kinds)][:2], 1000 + index, kinds[index % len(kinds)][2]) for index in range(count)]

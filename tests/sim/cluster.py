@@ -55,6 +55,7 @@ class SimConfig:
     fetch_timeout_ms: int = 200
     request_timeout_ms: int = 100
     fetch_max_wait_ms: int = 50
+    high_watermark_linger_ms: int = 5
     retry_backoff_ms: int = 10
     min_delay_ms: int = 1
     max_delay_ms: int = 5
@@ -83,6 +84,7 @@ def random_sim_config(rng: random.Random) -> SimConfig:
         faults=tuple(rng.choice(all_faults) for _ in range(rng.randrange(1, 6))),
         wire_codec=rng.random() < 0.1,
         pre_vote=rng.random() < 0.8,
+        high_watermark_linger_ms=rng.choice((0, 5, 30)),
     )
 
 
@@ -180,7 +182,7 @@ class Simulation:
             election_timeout_ms=cfg.election_timeout_ms, fetch_timeout_ms=cfg.fetch_timeout_ms,
             request_timeout_ms=cfg.request_timeout_ms, fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             retry_backoff_ms=cfg.retry_backoff_ms, fetch_max_bytes=4096, snapshot_chunk_bytes=512,
-            pre_vote=cfg.pre_vote,
+            pre_vote=cfg.pre_vote, high_watermark_linger_ms=cfg.high_watermark_linger_ms,
         )
 
     def start_node(self, node: Node) -> None:

@@ -54,6 +54,39 @@ def test_proposals_commit_in_order_on_all_nodes():
     assert [sim.committed[offset][1] for offset in offsets] == [f"v{i}".encode() for i in range(1, 21)]
 
 
+def followers_high_watermark(sim: Simulation, leader) -> list[int]:
+    return [node.core.high_watermark for node in sim.up() if node is not leader]
+
+
+def test_high_watermark_only_news_waits_for_the_next_records_up_to_the_linger():
+    sim = quiet_cluster(high_watermark_linger_ms=30)
+    sim.run_until(500)
+    leader = leader_of(sim)
+    sim.run_until(sim.now + 300)  # everything so far committed and known everywhere
+    first, _ = sim.propose(leader)
+    sim.run_until(sim.now + 15)
+    assert leader.core.high_watermark == first + 1
+    # The followers acknowledged `first` but its commit is news for them only when the
+    # next records go out or the linger ends.
+    assert all(hw <= first for hw in followers_high_watermark(sim, leader))
+    second, _ = sim.propose(leader)
+    sim.run_until(sim.now + 6)  # one delivery (at most 5 ms), not the 30 ms linger
+    assert all(hw >= first + 1 for hw in followers_high_watermark(sim, leader))
+    # With no further records, the linger bounds how late they learn `second` is committed.
+    sim.run_until(sim.now + 30 + 2 * 5 + 10)
+    assert all(hw == second + 1 for hw in followers_high_watermark(sim, leader))
+
+
+def test_without_linger_followers_learn_the_high_watermark_at_once():
+    sim = quiet_cluster(high_watermark_linger_ms=0)
+    sim.run_until(800)
+    leader = leader_of(sim)
+    offset, _ = sim.propose(leader)
+    # Records out, acknowledgement back, high watermark out: three deliveries of at most 5 ms.
+    sim.run_until(sim.now + 3 * 5 + 1)
+    assert all(hw == offset + 1 for hw in followers_high_watermark(sim, leader))
+
+
 def test_divergent_tail_of_an_isolated_leader_is_truncated():
     sim = quiet_cluster(seed=3)
     sim.run_until(500)

@@ -1,0 +1,128 @@
+"""Gating API versions on the finalized metadata.version, and version negotiation.
+
+Owns: `GATES` (which request versions need which metadata.version level),
+`min_metadata_version`, `max_allowed_version`, `gated_ranges` (the served
+{api_key: (min, max)} table cut down to what the cluster's metadata.version allows),
+`describe_gates` (the same table as text) and `negotiate` (the highest version two
+sides share, for clients after ApiVersions).
+
+KIP-778 asks a controller to hold back a new RPC version "until the controller can
+persist the new record type": a request version carrying a field (log dirs, a
+previous broker epoch, ...) is only useful once the records that store it may be
+written. Apache Kafka never shipped this gating; kraftwerk does, so a broker of a new
+release talking to a cluster still finalized at an old metadata.version negotiates
+down to a version whose fields the cluster can keep.
+
+Rules kept here:
+- The table is data. An API or version not listed is not gated.
+- Gates are monotone per API: if vN needs level L, every higher version needs at
+  least L (tests check this on the table). A version above the highest listed one
+  inherits the highest listed gate, so a newer version is never less gated.
+- An unknown metadata.version (`mv_level` None: not bootstrapped yet) gates nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from server.controller.features import metadata_version_from_level
+
+
+@dataclass(frozen=True, slots=True)
+class ApiGate:
+    """The gated versions of one API: `needs[version]` is the metadata.version level
+    that version needs. Versions below the lowest listed one need nothing."""
+
+    api_name: str
+    needs: Mapping[int, int]
+
+
+GATES: Mapping[int, ApiGate] = MappingProxyType(
+    {
+        # v1: IsMigratingZkBroker (3.4-IV0); v2: LogDirs (KIP-858, 3.7-IV2);
+        # v3: PreviousBrokerEpoch; v4: no new field, same gate.
+        62: ApiGate("BrokerRegistration", MappingProxyType({1: 8, 2: 17, 3: 17, 4: 17})),
+        # v1: OfflineLogDirs (KIP-858).
+        63: ApiGate("BrokerHeartbeat", MappingProxyType({1: 17})),
+        # v1: ValidateOnly/UpgradeType (3.3-IV0); v2: 3.9-IV0.
+        57: ApiGate("UpdateFeatures", MappingProxyType({1: 4, 2: 21})),
+        # v1: EndpointType (KIP-919, controller registration at 3.7-IV0).
+        60: ApiGate("DescribeCluster", MappingProxyType({1: 15})),
+    }
+)
+
+
+def min_metadata_version(api_key: int, version: int) -> int | None:
+    """The metadata.version level `version` of `api_key` needs, or None if not gated."""
+    gate = GATES.get(api_key)
+    if gate is None:
+        return None
+    listed = [gated for gated in gate.needs if gated <= version]
+    if not listed:
+        return None
+    return gate.needs[max(listed)]
+
+
+def _allowed(api_key: int, version: int, mv_level: int) -> bool:
+    needed = min_metadata_version(api_key, version)
+    return needed is None or mv_level >= needed
+
+
+def max_allowed_version(api_key: int, min_version: int, max_version: int, mv_level: int | None) -> int | None:
+    """The highest version in [min_version, max_version] allowed at `mv_level`
+    (None: not bootstrapped, nothing gated), or None when not even `min_version` is."""
+    if min_version > max_version:
+        return None
+    if mv_level is None:
+        return max_version
+    # Gates are monotone, so the first allowed version from the top is the answer and
+    # every version below it is allowed too.
+    for version in range(max_version, min_version - 1, -1):
+        if _allowed(api_key, version, mv_level):
+            return version
+    return None
+
+
+def gated_ranges(ranges: Mapping[int, tuple[int, int]], mv_level: int | None) -> dict[int, tuple[int, int]]:
+    """`ranges` ({api_key: (min, max)}) with every max lowered to what `mv_level`
+    allows; APIs left with no allowed version are dropped."""
+    result: dict[int, tuple[int, int]] = {}
+    for api_key, (min_version, max_version) in ranges.items():
+        allowed = max_allowed_version(api_key, min_version, max_version, mv_level)
+        if allowed is not None:
+            result[api_key] = (min_version, allowed)
+    return result
+
+
+def describe_gates() -> list[str]:
+    """One line per run of versions with the same gate, e.g.
+    `BrokerRegistration v2+ needs metadata.version 3.7-IV2 (17)`."""
+    lines = []
+    for gate in GATES.values():
+        versions = sorted(gate.needs)
+        runs: list[tuple[int, int, int]] = []  # (first version, last version, level)
+        for version in versions:
+            level = gate.needs[version]
+            if runs and runs[-1][2] == level and runs[-1][1] == version - 1:
+                runs[-1] = (runs[-1][0], version, level)
+            else:
+                runs.append((version, version, level))
+        for index, (first, last, level) in enumerate(runs):
+            if index == len(runs) - 1:
+                shown = f"v{first}+"  # the last gate also holds for versions not yet listed
+            elif first == last:
+                shown = f"v{first}"
+            else:
+                shown = f"v{first}-v{last}"
+            mv = metadata_version_from_level(level)
+            lines.append(f"{gate.api_name} {shown} needs metadata.version {mv.name} ({level})")
+    return lines
+
+
+def negotiate(local: tuple[int, int], remote: tuple[int, int]) -> int | None:
+    """The highest version both (min, max) ranges contain, or None if they are disjoint."""
+    low = max(local[0], remote[0])
+    high = min(local[1], remote[1])
+    return high if low <= high else None
