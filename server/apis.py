@@ -1,8 +1,9 @@
 """The table of APIs kraftwerk serves: key, versions, handler.
 
-Owns: `SERVED_APIS`, the single place that says which API versions this
-controller advertises in ApiVersions and accepts on the wire. Advertise only
-what is implemented and tested.
+Owns: the tables (`controller_apis`, `broker_apis`), the single place that
+says which API versions a node's software serves, and `AdvertisedApis`, those
+versions gated by the finalized metadata.version — what ApiVersions lists and
+the dispatcher accepts. Advertise only what is implemented and tested.
 """
 
 from __future__ import annotations
@@ -101,5 +102,20 @@ def controller_apis() -> dict[int, ServedApi]:
         served(53, 0, 1, rpc.serve, is_async=True),
         served(54, 0, 1, rpc.serve, is_async=True),
         served(59, 0, 1, rpc.serve, is_async=True),
+    ]
+    return {api.api_key: api for api in table}
+
+
+def broker_apis() -> dict[int, ServedApi]:
+    """What the broker agent serves to clients: the read APIs from its own metadata
+    image, and the controller APIs it forwards to the active controller."""
+    from server.handlers import api_versions, describe_cluster, forwarded, metadata
+
+    table = [
+        served(18, 0, 4, api_versions.handle),
+        served(3, 0, 12, metadata.handle),
+        served(60, 0, 1, describe_cluster.handle),
+        served(57, 0, 2, forwarded.handle, is_async=True),
+        served(55, 0, 2, forwarded.handle, is_async=True),
     ]
     return {api.api_key: api for api in table}

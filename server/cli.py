@@ -26,6 +26,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 GRACEFUL_RESIGN_TIMEOUT_S = 2.0
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 10.0
 
 
 class CommandError(Exception):
@@ -44,6 +45,8 @@ def _overrides(args) -> dict[str, str]:
         props["listeners"] = args.listener if "://" in args.listener else f"CONTROLLER://{args.listener}"
     if getattr(args, "log_dir", None):
         props["metadata.log.dir"] = args.log_dir
+    if getattr(args, "release", None):
+        props["kraftwerk.release"] = args.release
     for item in getattr(args, "override", None) or []:
         key, sep, value = item.partition("=")
         if not sep:
@@ -58,9 +61,67 @@ def _load_config(args):
     if args.config and not Path(args.config).exists():
         raise CommandError(f"config file {args.config} does not exist")
     try:
-        return load_config(args.config, _overrides(args))
+        config = load_config(args.config, _overrides(args))
     except ValueError as exc:
         raise CommandError(f"bad configuration: {exc}") from None
+    if config.release is not None:
+        from server.releases import release
+
+        try:
+            release(config.release)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    return config
+
+
+def _first_leaf(group: BaseException) -> BaseException:
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
+
+
+def cmd_broker(args) -> int:
+    from dataclasses import replace
+
+    from server.broker.lifecycle import BrokerFatalError
+    from server.broker.node import BrokerNode
+    from server.node import StartupError
+    from server.observability import configure_logging
+
+    config = _load_config(args)
+    if not config.is_broker:
+        config = replace(config, process_roles=("broker",))
+    configure_logging(config.log_level)
+    node = BrokerNode(config)
+    try:
+        node.open()
+    except StartupError as exc:
+        raise CommandError(str(exc)) from None
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                await node.run(task_status=task_status)
+                nursery.cancel_scope.cancel()  # the lifecycle ended: a controlled shutdown
+
+            port = await nursery.start(serve)
+            if args.port_file:
+                Path(args.port_file).write_text(f"{port}\n")
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    # Controlled shutdown: the controller fences us on purpose, then we stop.
+                    await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(main)
+    except BaseExceptionGroup as group:
+        fatal = group.subgroup(BrokerFatalError)
+        if fatal is None:
+            raise
+        raise CommandError(str(_first_leaf(fatal))) from None
+    return EXIT_OK
 
 
 def cmd_controller(args) -> int:
@@ -99,10 +160,7 @@ def cmd_controller(args) -> int:
             raise
         # KIP-778: the quorum finalized a level this software cannot run; the loop
         # already logged it and resigned leadership. Say so and exit non-zero.
-        first = fatal
-        while isinstance(first, BaseExceptionGroup):
-            first = first.exceptions[0]
-        raise CommandError(str(first)) from None
+        raise CommandError(str(_first_leaf(fatal))) from None
     return EXIT_OK
 
 
@@ -171,7 +229,9 @@ def cmd_storage_format(args) -> int:
         raise CommandError(f"{directory} is already formatted (cluster {existing.cluster_id}, node "
                            f"{existing.node_id}); use --ignore-formatted to skip, or delete it to start over")
     directory.mkdir(parents=True, exist_ok=True)
-    write_bootstrap_checkpoint(directory, records)
+    if not config.is_broker:
+        # Only controllers bootstrap the cluster; a broker learns everything from the log.
+        write_bootstrap_checkpoint(directory, records)
     write_meta_properties(directory, MetaProperties(cluster_id=args.cluster_id, node_id=config.node_id,
                                                     directory_id=random_uuid_string()))
     from server.controller.features import metadata_version_from_level
@@ -559,7 +619,15 @@ def build_parser() -> argparse.ArgumentParser:
     controller = sub.add_parser("controller", help="run a controller")
     _add_config(controller, required=False)
     controller.add_argument("--port-file", help="write the bound port here once listening")
+    controller.add_argument("--release", help="act as this Apache Kafka release (e.g. 3.6): its feature ranges")
     controller.set_defaults(func=cmd_controller)
+
+    broker = sub.add_parser("broker", help="run a broker agent (no topic data; registers, heartbeats, serves "
+                                           "metadata)")
+    _add_config(broker, required=False)
+    broker.add_argument("--port-file", help="write the bound port here once listening")
+    broker.add_argument("--release", help="act as this Apache Kafka release (e.g. 3.6): its feature ranges")
+    broker.set_defaults(func=cmd_broker)
 
     storage = sub.add_parser("storage", help="format a metadata directory")
     storage_sub = storage.add_subparsers(dest="storage_command", required=True)

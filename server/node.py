@@ -19,7 +19,6 @@ Rules kept here:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -27,7 +26,7 @@ import trio
 from protocol.errors import DecodeError
 from protocol.record_batch import decode_batches, encode_batch
 from protocol.records import decode_metadata_record, encode_metadata_record
-from server.apis import AdvertisedApis, controller_apis
+from server.apis import controller_apis
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
@@ -36,7 +35,6 @@ from server.controller.loop import ControllerLoop, NotControllerError, wall_cloc
 from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot, write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
-from server.handlers import api_versions
 from server.net.listener import serve_listener
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
@@ -46,6 +44,7 @@ from server.raft.log import SnapshotId as RaftSnapshotId
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
+from server.serving import Endpoint, ServingNode
 from server.storage.durable import write_file_atomically
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
@@ -58,14 +57,6 @@ log = get_logger("controller")
 
 class StartupError(Exception):
     """The node cannot start; the message says what the operator should do."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
 
 
 def write_bootstrap_checkpoint(directory: Path, records) -> Path:
@@ -87,23 +78,19 @@ def read_bootstrap_checkpoint(directory: Path):
         raise StartupError(f"{path} is corrupt ({exc}); re-run `kraftwerk storage format`") from None
 
 
-class ControllerNode:
+class ControllerNode(ServingNode):
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.metrics = Metrics()
-        self.served_apis = controller_apis()
-        self._advertised = AdvertisedApis(self.served_apis)
+        # What this node's software supports: kraftwerk's own, or a Kafka release's (--release).
+        self._init_serving(controller_apis(), release_supported_features(
+            config.release, config.unstable_feature_versions_enable))
         self.cluster_id = ""
         self.port = config.listener.port
         self.controller: ControllerLoop | None = None
         self.raft_driver: RaftDriver | None = None
         self.metadata_log: MetadataLog | None = None
-        # What this node's software supports: kraftwerk's own, or a Kafka release's (--release).
-        self.supported_node_features = release_supported_features(config.release,
-                                                                   config.unstable_feature_versions_enable)
-        self._supported = {name: (r.min_level, r.max_level) for name, r in self.supported_node_features.items()}
         self.controller_config: ControllerConfig | None = None
-        self._api_versions_cache: dict[tuple[int, int], bytes] = {}
         self._bootstrap_records = None
         self._snapshot_bytes_mark = 0
 
@@ -284,33 +271,14 @@ class ControllerNode:
                 pass  # only the active controller tracks broker sessions
 
     # -- views for handlers ---------------------------------------------------
-    def supported_features(self) -> dict[str, tuple[int, int]]:
-        return self._supported
-
-    def finalized_levels(self) -> dict[str, int]:
-        return self.state.all_finalized_levels()
-
-    def finalized_features_epoch(self) -> int:
-        return self.state.finalized_features_epoch
-
-    def advertised_ranges(self) -> dict[int, tuple[int, int]]:
-        """The API versions served now: gated by the finalized metadata.version."""
-        state = self.state
-        return self._advertised.current(state.finalized_features_epoch, state.metadata_version)
-
-    def api_versions_body(self, version: int):
-        key = (version, self.state.finalized_features_epoch)
-        body = self._api_versions_cache.get(key)
-        if body is None:
-            api = self.served_apis[18]
-            body = api.response.encode(version, api_versions.build_body(self, version))
-            self._api_versions_cache[key] = body
-        return body
-
     def active_controller_id(self) -> int:
         """The Raft leader, which is the active controller (-1 while unknown)."""
         leader = self.raft_driver.leader_id if self.raft_driver is not None else None
         return leader if leader is not None else -1
+
+    def client_endpoints(self) -> list[Endpoint]:
+        """The nodes a client bootstrapped here is told about (Metadata): the controllers."""
+        return self.controller_endpoints()
 
     def controller_endpoints(self) -> list[Endpoint]:
         """Every controller of the quorum, so clients can follow the active one."""
@@ -324,14 +292,6 @@ class ControllerNode:
                     endpoints.append(Endpoint(voter.node_id, self.config.listener.host, self.port))
             else:
                 endpoints.append(Endpoint(voter.node_id, voter.host, voter.port))
-        return endpoints
-
-    def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
-        endpoints = []
-        for registration in commands.registered_brokers(self.state, include_fenced=include_fenced):
-            if registration.endpoints:
-                first = registration.endpoints[0]
-                endpoints.append(Endpoint(registration.broker_id, first.host, first.port, registration.rack))
         return endpoints
 
     def quorum_partition_state(self) -> dict:

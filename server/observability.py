@@ -82,6 +82,7 @@ class Event(StrEnum):
     BROKER_CLIENT_CONNECTIONS_CLOSED = "broker.client_connections_closed"
     BROKER_UNSUPPORTED_FINALIZED_LEVEL = "broker.unsupported_finalized_level"
     BROKER_SHUTDOWN = "broker.controlled_shutdown"
+    BROKER_SELF_UNREGISTERED = "broker.unregistered"
     BROKER_FORWARD_FAILED = "broker.forward_failed"
 
 

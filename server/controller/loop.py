@@ -128,12 +128,15 @@ class ControllerLoop:
         after_replay: Callable[[CommittedBatch], object] | None = None,
         group_commit: bool = True,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
+        stop_on_unsupported_level: bool = True,
     ) -> None:
         self.driver = driver
         self.state = state  # committed: what readers see (replaced when a snapshot is loaded)
         self._speculative: ControllerState | None = None
         self.tracker = tracker
         self.supported_features = supported_features
+        # False for a broker's replayer: the broker decides (it may be waiting to register).
+        self.stop_on_unsupported_level = stop_on_unsupported_level
         self.group_commit = group_commit
         self.max_batch_records = max_batch_records
         self._bootstrap_records = bootstrap_records
@@ -196,7 +199,8 @@ class ControllerLoop:
                     for index, record in enumerate(records):
                         self.state.replay(record, item.base_offset + index)
                     self.replayed_bytes += sum(len(value) for value in item.values)
-                    await self._check_supported(records)
+                    if self.stop_on_unsupported_level:
+                        await self._check_supported(records)
                     if self._on_commit is not None:
                         self._on_commit(records, item.base_offset)
                 self.replayed_end_offset = item.next_offset
@@ -222,6 +226,10 @@ class ControllerLoop:
     async def _wait_replayed(self, end_offset: int) -> None:
         while self.replayed_end_offset < end_offset:
             await self._replayed.wait()
+
+    async def wait_replayed(self, end_offset: int) -> None:
+        """Until everything below `end_offset` is in the committed state."""
+        await self._wait_replayed(end_offset)
 
     # -- the leadership task ---------------------------------------------------------------
     async def _follow_leadership(self) -> None:

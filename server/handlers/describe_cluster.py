@@ -1,9 +1,11 @@
 """DescribeCluster (key 60, v0-1).
 
-EndpointType (v1): 1 = brokers, 2 = controllers. For brokers kraftwerk lists
-the controllers serving this listener first (so a client bootstrapped here
-can always reach a listed node) and then every registered, unfenced broker,
-as Kafka lists only unfenced brokers.
+EndpointType (v1): 1 = brokers, 2 = controllers. For brokers a controller lists
+the controllers serving this listener first (so a client bootstrapped here can
+always reach a listed node) and then every registered, unfenced broker, as
+Kafka lists only unfenced brokers. A broker lists itself and the registered,
+unfenced brokers, and answers EndpointType 2 with UNSUPPORTED_ENDPOINT_TYPE,
+as Kafka's brokers do (KIP-919).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ UNSUPPORTED_ENDPOINT_TYPE = 117
 def handle(ctx, request):
     node = ctx.node
     endpoint_type = request.endpoint_type if ctx.api_version >= 1 else ENDPOINT_TYPE_BROKER
-    if endpoint_type not in (ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER):
+    # A broker, as in Kafka (KIP-919), does not list controllers.
+    allowed = (ENDPOINT_TYPE_BROKER,) if node.is_broker else (ENDPOINT_TYPE_BROKER, ENDPOINT_TYPE_CONTROLLER)
+    if endpoint_type not in allowed:
         return {
             "error_code": UNSUPPORTED_ENDPOINT_TYPE,
             "error_message": f"Unsupported endpoint type {endpoint_type}",
@@ -29,7 +33,7 @@ def handle(ctx, request):
         }
     nodes = [
         {"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-        for n in node.controller_endpoints()
+        for n in node.client_endpoints()
     ]
     if endpoint_type == ENDPOINT_TYPE_BROKER:
         seen = {n["broker_id"] for n in nodes}

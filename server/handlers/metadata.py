@@ -18,7 +18,7 @@ def handle(ctx, request):
     node = ctx.node
     brokers = [
         {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-        for n in node.controller_endpoints()
+        for n in node.client_endpoints()
     ]
     topics = []
     for topic in request.topics or ():

@@ -54,7 +54,8 @@ class PendingResponse:
 
 
 class Connection:
-    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope")
+    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope", "closing", "in_flight",
+                 "max_in_flight")
 
     def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream) -> None:
         self.connection_id = connection_id
@@ -64,10 +65,26 @@ class Connection:
         self.client_software: tuple[str, str] | None = None
         # Set while the connection is served: cancelling it ends the connection.
         self.cancel_scope: trio.CancelScope | None = None
+        # A graceful close was asked for: end once every request read so far is answered.
+        self.closing = False
+        self.in_flight: trio.Semaphore | None = None
+        self.max_in_flight = 0
+
+    @property
+    def idle(self) -> bool:
+        """No request is between "read" and "written"."""
+        return self.in_flight is None or self.in_flight.value == self.max_in_flight
 
     def close(self) -> None:
-        """Ends the connection from any task (answers not yet written are dropped)."""
-        if self.cancel_scope is not None:
+        """Ends the connection gracefully: at once if no request is in flight, otherwise
+        right after the last answer is written. Requests that arrive meanwhile are not
+        served (the client sees the connection close and retries elsewhere or later)."""
+        self.closing = True
+        if self.idle and self.cancel_scope is not None:
+            self.cancel_scope.cancel()
+
+    def close_if_done(self) -> None:
+        if self.closing and self.idle and self.cancel_scope is not None:
             self.cancel_scope.cancel()
 
 
@@ -90,7 +107,7 @@ class ConnectionRegistry:
         self._open.pop(conn.connection_id, None)
 
     def close_all(self) -> int:
-        """Closes every open connection; returns how many."""
+        """Closes every open connection gracefully (see Connection.close); returns how many."""
         conns = list(self._open.values())
         for conn in conns:
             conn.close()
@@ -126,6 +143,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
         for _ in chunks:
             in_flight.release()
         outbox.queued -= len(chunks)
+        conn.close_if_done()
 
     try:
         async for item in responses:
@@ -180,9 +198,14 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
         await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         for _ in chunks:
             in_flight.release()
+        conn.close_if_done()
 
+    conn.in_flight = in_flight
+    conn.max_in_flight = config.connection_max_in_flight_requests
     async with trio.open_nursery() as nursery:
         conn.cancel_scope = nursery.cancel_scope
+        if conn.closing:
+            nursery.cancel_scope.cancel()
         nursery.start_soon(_writer, conn, receive_channel, writer_done, in_flight, outbox,
                            nursery.cancel_scope.cancel)
         # One idle scope for the whole connection, its deadline pushed forward
@@ -206,7 +229,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
                     ready: list[bytes] = []
                     while True:
                         frame = decoder.next_frame()
-                        if frame is None:
+                        if frame is None or conn.closing:
                             break
                         try:
                             in_flight.acquire_nowait()

@@ -160,3 +160,42 @@ async def test_idle_connection_is_closed_after_connections_max_idle_ms(tmp_path,
                 mock_clock.jump(61)
                 assert await reader.next_payload() is None  # closed by the server
             assert [e["idle_ms"] for e in logs if e["event"] == "net.connection_idle_timeout"] == [60_000]
+
+
+async def test_graceful_close_answers_what_was_read_then_ends_the_connection(tmp_path):
+    """Connection.close (a broker closing client connections after a metadata.version
+    change): a request already read still gets its answer; nothing after it is served."""
+    with trio.fail_after(TIMEOUT_S):
+        async with running_node(tmp_path) as node:
+            gate = trio.Event()
+            original_submit = node.submit
+
+            async def held_submit(command):
+                await gate.wait()
+                return await original_submit(command)
+
+            node.submit = held_submit
+            client, server = trio.testing.memory_stream_pair()
+            dispatcher = Dispatcher(node, node.served_apis)
+            conn = Connection(1, "memory", server)
+
+            async def serve() -> None:
+                try:
+                    await serve_connection(conn, dispatcher)
+                finally:
+                    await server.aclose()  # what serve_listener does when a connection ends
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                await client.send_all(request_frame(57, 1, 1, validate_only_update(20)))
+                await trio.testing.wait_all_tasks_blocked()
+                conn.close()
+                assert not conn.idle  # the UpdateFeatures is in flight: not closed yet
+                await client.send_all(request_frame(18, 3, 2, api_versions_body()))
+                await trio.testing.wait_all_tasks_blocked()
+                gate.set()
+                reader = FrameReader(client)
+                got_id, body = decode_response(57, 1, await reader.next_payload())
+                assert (got_id, body.error_code) == (1, ErrorCode.NONE)
+                # The ApiVersions sent after the close was not served: end of stream.
+                assert await reader.next_payload() is None

@@ -1,0 +1,303 @@
+"""The broker agent: a light KRaft broker that stores no topic data.
+
+Owns: start-up (meta.properties, the broker's own copy of the metadata log),
+the tasks of a running broker — the Raft *observer* that fetches the metadata
+log from the quorum (Fetch, FetchSnapshot), the replayer that keeps the
+metadata image (features, brokers, controller) with the same
+`ControllerState.replay` as the controllers, the lifecycle task
+(server/broker/lifecycle.py) and the client listener — and what happens when
+the finalized metadata.version changes (KIP-778): renegotiate ApiVersions with
+the controllers, close client connections so clients reconnect and see the new
+versions, or stop when the new level cannot be run.
+
+Rules kept here:
+- `--release` decides the supported feature ranges (server/releases.py); the
+  ApiVersions a broker advertises are its served table gated by the finalized
+  metadata.version (server/gating.py), like a controller's.
+- Clients may bootstrap from a broker: Metadata and DescribeCluster list the
+  unfenced brokers (and this one), name this broker as the controller (as
+  Kafka's brokers name a broker, KIP-590) and UpdateFeatures/DescribeQuorum
+  are forwarded to the active controller.
+- KIP-778 stop rule: a broker that was a member of the cluster (it had a
+  metadata log when it started, or it registered) and meets a finalized level
+  its release cannot run unregisters and stops non-zero. A new broker that
+  meets one is simply refused at registration, stays fenced and retries.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import trio
+
+from protocol.errors import ErrorCode
+from server.apis import broker_apis
+from server.broker.lifecycle import BrokerLifecycle, BrokerState
+from server.config import ServerConfig
+from server.controller.features import METADATA_VERSION, find_metadata_version, unsupported_finalized_levels
+from server.controller.loop import ControllerLoop
+from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
+from server.controller.state import BrokerHeartbeatTracker
+from server.dispatch import Dispatcher
+from server.gating import GATES, max_allowed_version
+from server.net.listener import ConnectionRegistry, serve_listener
+from server.net.peer import PeerAddress, PeerUnavailable
+from server.node import METADATA_LOG_DIR_NAME, StartupError
+from server.observability import Event, Metrics, get_logger
+from server.raft.core import RaftConfig
+from server.raft.driver import RaftDriver
+from server.raft.quorum_state import FileQuorumStateStore
+from server.raft.storage import MetadataRaftLog
+from server.releases import supported_features as release_supported_features
+from server.serving import Endpoint, ServingNode
+from server.storage.log import LogConfig, MetadataLog
+from server.storage.meta_properties import parse_uuid_string, read_meta_properties
+
+log = get_logger("broker")
+
+RENEGOTIATE_TIMEOUT_S = 5.0
+FORWARD_TIMEOUT_S = 10.0
+METADATA_WAIT_S = 30.0
+
+
+class BrokerNode(ServingNode):
+    is_broker = True
+
+    def __init__(self, config: ServerConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self._init_serving(broker_apis(), release_supported_features(
+            config.release, config.unstable_feature_versions_enable))
+        self._rng = rng or random.Random()
+        self.cluster_id = ""
+        self.directory_id = None
+        self.port = config.listener.port
+        self.connections = ConnectionRegistry()
+        self.raft_driver: RaftDriver | None = None
+        self.replayer: ControllerLoop | None = None
+        self.metadata_log: MetadataLog | None = None
+        self.lifecycle = BrokerLifecycle(self, random.Random(self._rng.random()))
+        self.was_member = False
+        self._nursery: trio.Nursery | None = None
+        self._metadata_version: int | None = None
+        # Counters and marks for tests, benchmarks and logs.
+        self.metadata_version_changes = 0
+        self.renegotiations = 0
+        self.renegotiated_metadata_version: int | None = None
+        self.controller_api_versions: dict[int, tuple[int, int]] = {}
+        self._renegotiated = trio.Event()
+
+    @property
+    def state(self):
+        """The metadata image (a ControllerState), None before open()."""
+        return self.replayer.state if self.replayer is not None else None
+
+    @property
+    def voters(self):
+        return self.config.quorum_voters
+
+    # -- start-up -----------------------------------------------------------------
+    def open(self) -> None:
+        config = self.config
+        directory = Path(config.metadata_log_dir)
+        meta = read_meta_properties(directory) if directory.exists() else None
+        if meta is None:
+            raise StartupError(f"{directory} is not formatted; run `kraftwerk storage format --cluster-id ID "
+                               f"--config FILE` with this broker's config (process.roles=broker)")
+        if meta.node_id != config.node_id:
+            raise StartupError(f"{directory} belongs to node {meta.node_id}, but node.id is {config.node_id}")
+        if not config.quorum_voters:
+            raise StartupError("a broker needs controller.quorum.voters (id@host:port,...) to find the controllers")
+        voter_ids = frozenset(voter.node_id for voter in config.quorum_voters)
+        if config.node_id in voter_ids:
+            raise StartupError(f"node.id {config.node_id} is a controller in controller.quorum.voters; brokers "
+                               "need their own ids")
+        self.cluster_id = meta.cluster_id
+        self.directory_id = parse_uuid_string(meta.directory_id) if meta.directory_id else None
+        if self.directory_id is None:
+            raise StartupError(f"{directory}/meta.properties has no directory.id; re-run `kraftwerk storage format`")
+        log_dir = directory / METADATA_LOG_DIR_NAME
+        try:
+            self.metadata_log = MetadataLog.open(log_dir, LogConfig(segment_bytes=config.log_segment_bytes))
+        except RuntimeError as exc:
+            raise StartupError(f"{exc}; is another node running on {directory}?") from None
+        try:
+            state, replay_from, _ = recover_snapshot(log_dir, self.metadata_log, meta.cluster_id)
+        except SnapshotRecoveryError as exc:
+            self.metadata_log.close()
+            raise StartupError(str(exc)) from None
+        self.was_member = self.metadata_log.end_offset > 0 or replay_from > 0
+        raft_config = RaftConfig(
+            node_id=config.node_id, voters=voter_ids, cluster_id=meta.cluster_id,
+            election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
+        )
+        peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in config.quorum_voters}
+        storage = MetadataRaftLog(self.metadata_log)
+        store = FileQuorumStateStore(log_dir, meta.cluster_id, voter_ids)
+        self.raft_driver = RaftDriver(raft_config, storage, store, peers, random.Random(self._rng.random()),
+                                      client_id=f"kraftwerk-broker-{config.node_id}")
+        # The replayer is a controller loop that never becomes active (an observer never
+        # leads): its replay task is the only writer of the image, as on a controller.
+        self.replayer = ControllerLoop(
+            self.raft_driver, state, replay_from, BrokerHeartbeatTracker(config.broker_session_timeout_ms),
+            self.supported_node_features, 1, on_commit=self._on_commit, stop_on_unsupported_level=False,
+        )
+        self._metadata_version = state.metadata_version
+
+    # -- running --------------------------------------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serves until the lifecycle ends (controlled shutdown) or is cancelled.
+        Raises BrokerFatalError after a KIP-778 stop."""
+        if self.replayer is None:
+            self.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                dispatcher = Dispatcher(self, self.served_apis)
+                listeners = await nursery.start(
+                    lambda task_status: serve_listener(dispatcher, self.config.listener.host,
+                                                       self.config.listener.port, registry=self.connections,
+                                                       task_status=task_status))
+                self.port = listeners[0].socket.getsockname()[1]
+                await nursery.start(self.raft_driver.run)
+                await nursery.start(self.replayer.run)
+                log.info(Event.BROKER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
+                         port=self.port, cluster_id=self.cluster_id, release=self.config.release or "kraftwerk",
+                         supported_metadata_version=str(self.supported_node_features[METADATA_VERSION]))
+                task_status.started(self.port)
+                await self.lifecycle.run()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._nursery = None
+            self.metadata_log.close()
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Controlled shutdown: returns when the controller agreed or `timeout_s` passed."""
+        self.lifecycle.request_shutdown()
+        with trio.move_on_after(timeout_s):
+            await self.lifecycle.wait_state(BrokerState.SHUTTING_DOWN)
+
+    async def wait_metadata_known(self) -> None:
+        """Until the image holds a metadata.version and has replayed what the leader had
+        committed when we first heard from it (bounded: registering late is better than
+        never)."""
+        driver = self.raft_driver
+        with trio.move_on_after(METADATA_WAIT_S):
+            # Bounded by the scope; every round waits for news from the leader.
+            while driver.leader_id is None or driver.high_watermark == 0:
+                await driver.wait_changed()
+            await self.replayer.wait_replayed(driver.high_watermark)
+
+    # -- the image's consequences -----------------------------------------------------
+    def last_applied_offset(self) -> int:
+        return self.replayer.replayed_end_offset - 1
+
+    def unsupported_reasons(self) -> list[str]:
+        return unsupported_finalized_levels(self.state.all_finalized_levels(), self.supported_node_features)
+
+    def _on_commit(self, records, base_offset: int) -> None:
+        # Runs in the replay task right after the records were replayed.
+        self.metrics.metadata_offset.set(self.state.last_applied_offset)
+        level = self.state.metadata_version
+        previous, self._metadata_version = self._metadata_version, level
+        if level is None or previous is None or level == previous:
+            return
+        self.metadata_version_changes += 1
+        self.metrics.finalized_metadata_version.set(level)
+        log.info(Event.BROKER_METADATA_VERSION_CHANGED, broker_id=self.config.node_id,
+                 old=str(find_metadata_version(previous) or previous), new=str(find_metadata_version(level) or level),
+                 offset=self.state.last_applied_offset)
+        reasons = self.unsupported_reasons()
+        if reasons and (self.was_member or self.lifecycle.broker_epoch >= 0):
+            self.lifecycle.fail("; ".join(reasons))
+            return
+        if self._nursery is not None:
+            self._nursery.start_soon(self._renegotiate, level)
+        if self.config.close_connections_on_metadata_version_change:
+            closed = self.connections.close_all()
+            log.info(Event.BROKER_CLIENT_CONNECTIONS_CLOSED, broker_id=self.config.node_id, connections=closed,
+                     metadata_version=str(find_metadata_version(level) or level))
+
+    async def _renegotiate(self, level: int) -> None:
+        """KIP-778: learn the controllers' new API versions without reconnecting."""
+        driver = self.raft_driver
+        leader = driver.leader_id
+        ok = False
+        for voter in self.config.quorum_voters:
+            peer = driver.peer(voter.node_id)
+            if peer is not None and await peer.renegotiate(RENEGOTIATE_TIMEOUT_S) and voter.node_id == leader:
+                ok = True
+                self.controller_api_versions = dict(peer.api_versions)
+        if self.state.metadata_version != level:
+            return  # a newer change is on its way; it renegotiates again
+        self.renegotiations += 1
+        self.renegotiated_metadata_version = level
+        chosen = {GATES[key].api_name: self.lifecycle._version(driver.peer(leader), key)
+                  for key in (62, 63) if leader is not None and driver.peer(leader) is not None}
+        log.info(Event.BROKER_RENEGOTIATED, broker_id=self.config.node_id,
+                 metadata_version=str(find_metadata_version(level) or level), controller_id=leader,
+                 with_leader=ok, versions=chosen)
+        self._renegotiated.set()
+        self._renegotiated = trio.Event()
+
+    async def wait_renegotiated(self, level: int) -> None:
+        while self.renegotiated_metadata_version != level:
+            await self._renegotiated.wait()
+
+    def software_range(self, api_key: int) -> tuple[int, int]:
+        """The versions of a broker-to-controller API this software speaks."""
+        from protocol.registry import API_MESSAGES
+
+        return API_MESSAGES[api_key][0].version_range
+
+    def gated_client_version(self, api_key: int) -> int | None:
+        lo, hi = self.software_range(api_key)
+        return max_allowed_version(api_key, lo, hi, self.state.metadata_version)
+
+    # -- views for handlers -------------------------------------------------------------
+    def own_endpoint(self) -> Endpoint:
+        listener = self.config.advertised_listener or self.config.listener
+        return Endpoint(self.config.node_id, listener.host, listener.port or self.port, self.config.broker_rack)
+
+    def client_endpoints(self) -> list[Endpoint]:
+        """This broker and every registered, unfenced broker."""
+        endpoints = {e.node_id: e for e in self.registered_broker_endpoints(include_fenced=False)}
+        endpoints[self.config.node_id] = self.own_endpoint()
+        return [endpoints[node_id] for node_id in sorted(endpoints)]
+
+    def active_controller_id(self) -> int:
+        # KIP-590: clients cannot reach the controllers through a broker, so a broker
+        # names itself and forwards the controller APIs.
+        return self.config.node_id
+
+    # -- forwarding ------------------------------------------------------------------------
+    async def forward_to_controller(self, api_key: int, version: int, request) -> dict | None:
+        """Sends a client's request to the active controller and returns its answer
+        (None if no controller answered within FORWARD_TIMEOUT_S)."""
+        driver = self.raft_driver
+        with trio.move_on_after(FORWARD_TIMEOUT_S):
+            while True:
+                leader = driver.leader_id
+                peer = driver.peer(leader) if leader is not None else None
+                if peer is None or not peer.connected:
+                    with trio.move_on_after(0.2):
+                        await driver.wait_changed()
+                    continue
+                theirs = peer.api_versions.get(api_key)
+                if theirs is None:
+                    return None
+                use = min(version, theirs[1])
+                try:
+                    response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
+                except (PeerUnavailable, trio.TooSlowError) as exc:
+                    log.info(Event.BROKER_FORWARD_FAILED, api_key=api_key, controller_id=leader, error=str(exc))
+                    with trio.move_on_after(0.2):
+                        await driver.wait_changed()
+                    continue
+                if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
+                    with trio.move_on_after(0.5):
+                        await driver.wait_changed()
+                    continue
+                return response
+        return None

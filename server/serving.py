@@ -1,0 +1,78 @@
+"""What every serving node (controller or broker) answers from its metadata image.
+
+Owns: `ServingNode`, the read-only views the handlers share — supported and
+finalized features, the API versions advertised now (gated by the finalized
+metadata.version, KIP-778), the cached ApiVersions body, registered brokers.
+A subclass provides `state` (a `ControllerState`: the committed image),
+`served_apis`, `config`, and the endpoint views that differ by role.
+
+Rules kept here:
+- Views read the committed image only, never speculative state.
+- The ApiVersions body is cached per (version, finalized features epoch): it
+  changes only when features change, and ApiVersions is the hottest request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.apis import AdvertisedApis, ServedApi
+from server.controller import commands
+from server.controller.features import NodeFeatures
+from server.handlers import api_versions
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class ServingNode:
+    served_apis: dict[int, ServedApi]
+    is_broker = False
+
+    def _init_serving(self, served_apis: dict[int, ServedApi], supported: NodeFeatures) -> None:
+        self.served_apis = served_apis
+        self._advertised = AdvertisedApis(served_apis)
+        self.supported_node_features = supported
+        self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
+        self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+
+    # -- features -------------------------------------------------------------
+    def supported_features(self) -> dict[str, tuple[int, int]]:
+        return self._supported
+
+    def finalized_levels(self) -> dict[str, int]:
+        return self.state.all_finalized_levels()
+
+    def finalized_features_epoch(self) -> int:
+        return self.state.finalized_features_epoch
+
+    # -- API versions -----------------------------------------------------------
+    def advertised_ranges(self) -> dict[int, tuple[int, int]]:
+        """The API versions served now: gated by the finalized metadata.version."""
+        state = self.state
+        return self._advertised.current(state.finalized_features_epoch, state.metadata_version)
+
+    def api_versions_body(self, version: int):
+        key = (version, self.state.finalized_features_epoch)
+        body = self._api_versions_cache.get(key)
+        if body is None:
+            api = self.served_apis[18]
+            body = api.response.encode(version, api_versions.build_body(self, version))
+            if len(self._api_versions_cache) > 64:
+                self._api_versions_cache.clear()
+            self._api_versions_cache[key] = body
+        return body
+
+    # -- brokers ------------------------------------------------------------------
+    def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
+        endpoints = []
+        for registration in commands.registered_brokers(self.state, include_fenced=include_fenced):
+            if registration.endpoints:
+                first = registration.endpoints[0]
+                endpoints.append(Endpoint(registration.broker_id, first.host, first.port, registration.rack))
+        return endpoints

@@ -1,0 +1,143 @@
+"""The broker agent against a real controller (in-process, real sockets): registration,
+unfencing, refusal of an old release, renegotiation after a metadata.version change,
+forwarding, controlled shutdown and the KIP-778 stop."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from protocol.errors import ErrorCode
+from server.broker.lifecycle import BrokerFatalError, BrokerState
+from server.client import ClientError, KafkaClient
+
+from .harness import advertised, running_cluster
+
+TIMEOUT_S = 30
+MV_3_5_IV2, MV_3_6_IV2, MV_3_7_IV0, MV_3_7_IV2, MV_3_7_IV4 = 11, 14, 15, 17, 19
+DESCRIBE_CLUSTER, BROKER_REGISTRATION, BROKER_HEARTBEAT = 60, 62, 63
+SAFE_DOWNGRADE = 2
+
+
+async def test_broker_registers_is_unfenced_and_serves_the_image(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            broker = await cluster.start_broker(100, "3.7")
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            registration = cluster.controller.state.broker(100)
+            assert registration is not None and not registration.fenced
+            assert registration.supported_features["metadata.version"].max_level == MV_3_7_IV4
+            assert registration.incarnation_id == broker.lifecycle.incarnation_id
+            assert registration.log_dirs == (broker.directory_id,)
+            async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
+                reply = client.api_versions_response
+                finalized = {f.name: f.max_version_level for f in reply.finalized_features}
+                supported = {f.name: (f.min_version, f.max_version) for f in reply.supported_features}
+                assert finalized["metadata.version"] == MV_3_7_IV4
+                assert supported["metadata.version"] == (1, MV_3_7_IV4)
+                # The epoch is the image's last applied offset: the broker's copy may trail by a record.
+                assert 1 <= reply.finalized_features_epoch <= cluster.controller.state.finalized_features_epoch
+                metadata = await client.call(3, {"topics": []})
+                assert [b.node_id for b in metadata.brokers] == [100]
+                assert metadata.controller_id == 100  # KIP-590: the broker forwards controller APIs
+                assert metadata.cluster_id == cluster.cluster_id
+
+
+async def test_release_that_cannot_run_the_finalized_level_is_refused_and_stays_fenced(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            broker = await cluster.start_broker(101, "3.5")
+            while broker.lifecycle.refusals < 2:  # refused, backed off, refused again
+                await trio.sleep(0.05)
+            assert broker.lifecycle.state is BrokerState.STARTING
+            assert broker.lifecycle.broker_epoch == -1
+            assert cluster.controller.state.broker(101) is None
+            assert broker.lifecycle.last_refusal == [
+                "metadata.version is finalized at 19 (3.7-IV4), but this node supports 1-11"]
+
+
+async def test_metadata_version_change_renegotiates_and_closes_client_connections(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_5_IV2) as cluster:
+            broker = await cluster.start_broker(102, "3.7")
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            before = await advertised(broker.port)
+            assert before[DESCRIBE_CLUSTER] == (0, 0)
+            leader = broker.raft_driver.peer(1)
+            assert broker.lifecycle._version(leader, BROKER_HEARTBEAT) == 0
+            assert broker.lifecycle._version(leader, BROKER_REGISTRATION) == 1
+            negotiations = leader.negotiations
+            connects = leader.connects
+            client = await KafkaClient.connect("127.0.0.1", broker.port)
+            reply = await cluster.update_metadata_version(MV_3_7_IV2)
+            assert reply.error_code == ErrorCode.NONE
+            await broker.wait_renegotiated(MV_3_7_IV2)
+            # Renegotiated on the live connection: no reconnect.
+            assert leader.negotiations > negotiations and leader.connects == connects
+            assert broker.lifecycle._version(leader, BROKER_HEARTBEAT) == 1
+            assert broker.lifecycle._version(leader, BROKER_REGISTRATION) == 4
+            # The client's connection was closed; a new one sees the new versions.
+            with pytest.raises(ClientError):
+                await client.call(3, {"topics": []})
+            await client.aclose()
+            after = await advertised(broker.port)
+            assert after[DESCRIBE_CLUSTER] == (0, 1)
+            assert broker.connections.closed_by_request >= 1
+            # Heartbeats go on at the new version; the broker stays unfenced.
+            sent = leader.negotiations
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            assert not cluster.controller.state.broker(102).fenced
+            assert leader.negotiations == sent
+
+
+async def test_controller_apis_sent_to_a_broker_are_forwarded(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV2) as cluster:
+            broker = await cluster.start_broker(103, "3.7")
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            # The broker closes client connections when it replays the change, but only
+            # once their answers are written: the forwarded reply still arrives.
+            reply = await cluster.update_metadata_version(MV_3_7_IV4, port=broker.port)
+            assert reply.error_code == ErrorCode.NONE
+            assert cluster.controller.state.metadata_version == MV_3_7_IV4
+            await broker.wait_renegotiated(MV_3_7_IV4)
+            async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
+                quorum = await client.call(55, {"topics": [{"topic_name": "__cluster_metadata",
+                                                            "partitions": [{"partition_index": 0}]}]})
+                partition = quorum.topics[0].partitions[0]
+                assert partition.leader_id == 1
+                assert 103 in [o.replica_id for o in partition.observers]
+
+
+async def test_controlled_shutdown_fences_the_broker(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            async with trio.open_nursery() as nursery:
+                broker = await cluster.start_broker_in(nursery, 104, None)
+                await broker.lifecycle.wait_state(BrokerState.RUNNING)
+                await broker.shutdown(10)
+                assert broker.lifecycle.state is BrokerState.SHUTTING_DOWN
+            registration = cluster.controller.state.broker(104)
+            assert registration.in_controlled_shutdown or registration.fenced
+
+
+async def test_member_restarted_on_a_release_below_the_finalized_level_unregisters_and_stops(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_6_IV2) as cluster:
+            async with trio.open_nursery() as nursery:
+                broker = await cluster.start_broker_in(nursery, 105, "3.7")
+                await broker.lifecycle.wait_state(BrokerState.RUNNING)
+                assert (await cluster.update_metadata_version(MV_3_7_IV0)).error_code == ErrorCode.NONE
+                await broker.wait_renegotiated(MV_3_7_IV0)
+                nursery.cancel_scope.cancel()
+            assert cluster.controller.state.broker(105) is not None
+            # The same broker comes back on 3.6 software, which cannot run 3.7-IV0.
+            with pytest.raises(BaseExceptionGroup) as raised:
+                async with trio.open_nursery() as nursery:
+                    await cluster.start_broker_in(nursery, 105, "3.6")
+            fatal = raised.value.subgroup(BrokerFatalError)
+            assert fatal is not None, raised.value
+            assert "metadata.version is finalized at 15 (3.7-IV0), but this node supports 1-14" in str(
+                fatal.exceptions[0] if not isinstance(fatal.exceptions[0], BaseExceptionGroup)
+                else fatal.exceptions[0].exceptions[0])
+            assert cluster.controller.state.broker(105) is None
