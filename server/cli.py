@@ -379,6 +379,9 @@ async def update_features(args, operation: str) -> tuple[list[str], bool]:
             lines.append(f"{name} can be {past} to {shown}." if args.dry_run else f"{name} was {past} to {shown}.")
     if failed:
         lines.append(f"{failed} out of {len(updates)} operation(s) failed.")
+    elif response.error_message:
+        # kraftwerk's note on success: what an UNSAFE downgrade drops (or would drop).
+        lines.append(response.error_message)
     return lines, failed == 0
 
 
@@ -387,6 +390,18 @@ def cmd_features(args) -> int:
         for line in trio.run(describe_features, args):
             print(line)
         return EXIT_OK
+    if getattr(args, "unsafe", False) and not args.dry_run and sys.stdin.isatty():
+        # An UNSAFE downgrade may destroy metadata: on a terminal, show what this one
+        # drops (a dry run) and ask before doing it. Scripts (no terminal) are not asked.
+        preview = argparse.Namespace(**{**vars(args), "dry_run": True})
+        lines, ok = trio.run(update_features, preview, args.features_command)
+        for line in lines:
+            print(line)
+        if not ok:
+            return EXIT_FAILED
+        if input("This downgrade cannot be undone. Type 'yes' to perform it: ").strip().lower() != "yes":
+            print("Aborted; nothing was changed.")
+            return EXIT_FAILED
     lines, ok = trio.run(update_features, args, args.features_command)
     for line in lines:
         print(line)

@@ -32,15 +32,14 @@ from server.controller import commands
 from server.controller.commands import ControllerConfig
 from server.controller.features import SupportedRange, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, NotControllerError, wall_clock_ms
-from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot, write_controller_snapshot
+from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.net.listener import serve_listener
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
 from server.raft.core import RaftConfig
-from server.raft.driver import DriverStopped, RaftDriver
-from server.raft.log import SnapshotId as RaftSnapshotId
+from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
@@ -191,6 +190,7 @@ class ControllerNode(ServingNode):
             on_commit=self._on_commit,
             after_replay=self._after_replay,
             group_commit=self.config.controller_group_commit,
+            snapshot_at=self.snapshot_at_metadata_version_change,
         )
         log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=replay_from,
                  log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
@@ -225,13 +225,7 @@ class ControllerNode(ServingNode):
         if replayed < self.config.metadata_snapshot_max_record_bytes or self.state.last_applied_offset < 0:
             return
         self._snapshot_bytes_mark = self.controller.replayed_bytes
-        end_offset = batch.next_offset
-        snapshot_id = await trio.to_thread.run_sync(
-            write_controller_snapshot, self.state, self.log_dir, end_offset, batch.epoch, batch.timestamp_ms)
-        try:
-            await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
-        except DriverStopped:
-            pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
+        await self.write_snapshot(self.state, batch.next_offset, batch.epoch, batch.timestamp_ms, "interval")
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -54,6 +54,7 @@ class Event(StrEnum):
     SNAPSHOT_PARTIAL_REMOVED = "storage.snapshot_partial_removed"
     SNAPSHOT_CORRUPT = "storage.snapshot_corrupt"
     RECOVERED_FROM_SNAPSHOT = "controller.recovered_from_snapshot"
+    CONTROLLER_SNAPSHOT_TAKEN = "controller.snapshot_taken"
     RAFT_DRIVER_STARTED = "raft.driver_started"
     RAFT_DRIVER_STOPPED = "raft.driver_stopped"
     RAFT_BECAME_LEADER = "raft.became_leader"

@@ -16,10 +16,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import trio
+
 from server.apis import AdvertisedApis, ServedApi
 from server.controller import commands
-from server.controller.features import NodeFeatures
+from server.controller.features import NodeFeatures, find_metadata_version
+from server.controller.snapshot import write_controller_snapshot
 from server.handlers import api_versions
+from server.observability import Event, get_logger
+from server.raft.driver import DriverStopped
+from server.raft.log import SnapshotId as RaftSnapshotId
+
+log = get_logger("snapshot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,28 @@ class ServingNode:
                 self._api_versions_cache.clear()
             self._api_versions_cache[key] = body
         return body
+
+    # -- snapshots ----------------------------------------------------------------
+    async def write_snapshot(self, state, end_offset: int, epoch: int, timestamp_ms: int, reason: str) -> None:
+        """Writes `state` (committed, covering everything below `end_offset`) as a snapshot
+        and makes it the quorum's latest: the driver then drops the log before it. Called
+        from the replay task, the only writer of the state, so it cannot change meanwhile."""
+        if state.in_transaction or state.last_applied_offset < 0:
+            return  # an open metadata transaction could still be aborted: not a snapshot point
+        snapshot_id = await trio.to_thread.run_sync(
+            write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
+        mv = state.metadata_version
+        log.info(Event.CONTROLLER_SNAPSHOT_TAKEN, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
+                 epoch=snapshot_id.epoch, reason=reason,
+                 metadata_version=str(find_metadata_version(mv) or mv) if mv is not None else None)
+        try:
+            await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
+        except DriverStopped:
+            pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
+
+    async def snapshot_at_metadata_version_change(self, state, end_offset: int, epoch: int,
+                                                  timestamp_ms: int) -> None:
+        await self.write_snapshot(state, end_offset, epoch, timestamp_ms, "metadata_version_change")
 
     # -- brokers ------------------------------------------------------------------
     def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:

@@ -117,7 +117,7 @@ class BrokerNode(ServingNode):
         self.directory_id = parse_uuid_string(meta.directory_id) if meta.directory_id else None
         if self.directory_id is None:
             raise StartupError(f"{directory}/meta.properties has no directory.id; re-run `kraftwerk storage format`")
-        log_dir = directory / METADATA_LOG_DIR_NAME
+        log_dir = self.log_dir = directory / METADATA_LOG_DIR_NAME
         try:
             self.metadata_log = MetadataLog.open(log_dir, LogConfig(segment_bytes=config.log_segment_bytes))
         except RuntimeError as exc:
@@ -142,6 +142,7 @@ class BrokerNode(ServingNode):
         self.replayer = ControllerLoop(
             self.raft_driver, state, replay_from, BrokerHeartbeatTracker(config.broker_session_timeout_ms),
             self.supported_node_features, 1, on_commit=self._on_commit, stop_on_unsupported_level=False,
+            snapshot_at=self.snapshot_at_metadata_version_change,
         )
         self._metadata_version = state.metadata_version
 

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping
 from protocol import metadata_records as mr
 from protocol.errors import ErrorCode
 from protocol.records import MetadataRecord, record
+from server.controller import downgrade
 from server.controller import features as ft
 from server.controller.features import (
     DISABLED,
@@ -215,7 +216,9 @@ def _check_metadata_version_update(current: int, level: int, upgrade_type: int) 
         ), None
     if level < current and not ft.is_lossless_downgrade(current, level):
         if upgrade_type == UNSAFE_DOWNGRADE:
-            return _invalid_metadata_version(level, "Unsafe metadata downgrade is not supported in this version."), None
+            # KIP-778, which Kafka never shipped: the image is projected to the lower level
+            # when the record is replayed (server/controller/downgrade.py).
+            return None, feature_level_record(METADATA_VERSION, level)
         return _invalid_metadata_version(
             level, "Refusing to perform the requested downgrade because it might delete metadata information."
         ), None
@@ -287,9 +290,33 @@ def update_features(
         if new_record is not None:
             records.append(new_record)
 
+    # KIP-778: an UNSAFE downgrade says what it drops (kraftwerk's message; Kafka never
+    # shipped lossy downgrades). A dry run says what it would drop.
+    note = unsafe_downgrade_note(state, records)
     if validate_only:
         records = []
-    return ControllerResult(records, _update_features_response(api_version, ErrorCode.NONE, None, names), atomic=True)
+    return ControllerResult(records, _update_features_response(api_version, ErrorCode.NONE, note, names),
+                            atomic=True)
+
+
+def unsafe_downgrade_note(state: ControllerState, records: list[MetadataRecord]) -> str | None:
+    """What a lossy metadata.version downgrade among `records` drops from `state`, or None."""
+    current = state.metadata_version
+    for item in records:
+        if item.data["name"] != METADATA_VERSION or current is None:
+            continue
+        level = item.data["feature_level"]
+        if level >= current or ft.is_lossless_downgrade(current, level):
+            continue
+        lost = downgrade.losses(state.brokers.values(), current, level)
+        types = downgrade.dropped_record_types(current, level)
+        note = (f"UNSAFE downgrade of metadata.version from {ft.metadata_version_from_level(current)} to "
+                f"{ft.metadata_version_from_level(level)} drops: "
+                + ("; ".join(lost) if lost else "no metadata this cluster holds"))
+        if types:
+            note += f". No longer written below it: {', '.join(types)}"
+        return note + "."
+    return None
 
 
 # ---------------------------------------------------------------------------

@@ -85,6 +85,7 @@ IBP_3_3_IV1 = 5  # NoOpRecord
 IBP_3_3_IV2 = 6  # BrokerRegistrationChangeRecord replaces Fence/UnfenceBrokerRecord
 IBP_3_3_IV3 = 7  # in-controlled-shutdown state in broker registrations
 IBP_3_4_IV0 = 8  # ZK migration fields (RegisterBrokerRecord v2)
+IBP_3_6_IV1 = 13  # metadata transactions (KIP-868)
 IBP_3_7_IV0 = 15  # controller registration
 IBP_3_7_IV2 = 17  # directory assignment (log dirs in registrations)
 IBP_3_9_IV0 = 21

@@ -39,13 +39,13 @@ Rules kept here:
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 import trio
 
 from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record
 from server.controller.commands import ControllerResult
-from server.controller.features import NodeFeatures, unsupported_finalized_levels
+from server.controller.features import METADATA_VERSION, NodeFeatures, unsupported_finalized_levels
 from server.controller.snapshot import encode_snapshot_records, load_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
@@ -129,6 +129,7 @@ class ControllerLoop:
         group_commit: bool = True,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
         stop_on_unsupported_level: bool = True,
+        snapshot_at: Callable[[ControllerState, int, int, int], Awaitable[None]] | None = None,
     ) -> None:
         self.driver = driver
         self.state = state  # committed: what readers see (replaced when a snapshot is loaded)
@@ -137,6 +138,9 @@ class ControllerLoop:
         self.supported_features = supported_features
         # False for a broker's replayer: the broker decides (it may be waiting to register).
         self.stop_on_unsupported_level = stop_on_unsupported_level
+        # KIP-778: snapshot(state, end offset, epoch, timestamp) just before a
+        # metadata.version change, and just after a downgrade (the state at the new level).
+        self._snapshot_at = snapshot_at
         self.group_commit = group_commit
         self.max_batch_records = max_batch_records
         self._bootstrap_records = bootstrap_records
@@ -197,7 +201,16 @@ class ControllerLoop:
                 if item.control_type is None:
                     records = [decode_metadata_record(value) for value in item.values]
                     for index, record in enumerate(records):
-                        self.state.replay(record, item.base_offset + index)
+                        offset = item.base_offset + index
+                        previous = self.state.metadata_version
+                        changes = (self._snapshot_at is not None and record.name == "FeatureLevelRecord"
+                                   and record.data["name"] == METADATA_VERSION and previous is not None
+                                   and record.data["feature_level"] != previous)
+                        if changes:
+                            await self._snapshot_at(self.state, offset, item.epoch, item.timestamp_ms)
+                        self.state.replay(record, offset)
+                        if changes and record.data["feature_level"] < previous:
+                            await self._snapshot_at(self.state, offset + 1, item.epoch, item.timestamp_ms)
                     self.replayed_bytes += sum(len(value) for value in item.values)
                     if self.stop_on_unsupported_level:
                         await self._check_supported(records)

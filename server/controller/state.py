@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
+from server.controller.downgrade import project_registration
 from server.controller.features import (
     KRAFT_VERSION,
     METADATA_VERSION,
@@ -239,10 +240,25 @@ class ControllerState:
             return
         if name == METADATA_VERSION and level == 0:
             raise ReplayError("FeatureLevelRecord cannot remove metadata.version")
+        previous = self._image.finalized_levels.get(name)
         if level == 0:
             self._image.finalized_levels.pop(name, None)
         else:
             self._image.finalized_levels[name] = level
+        if name == METADATA_VERSION and previous is not None and level < previous:
+            self._project_image(previous, level)
+
+    def _project_image(self, from_level: int, to_level: int) -> None:
+        """KIP-778: below `from_level` the records of the image are written at `to_level`;
+        what that level cannot hold is dropped (an UNSAFE downgrade: the controller refuses
+        a lossy SAFE one). Every copy does this at the same offset, so all stay equal."""
+        brokers = self._image.brokers
+        for broker_id, registration in list(brokers.items()):
+            projected = project_registration(registration, from_level, to_level)
+            if projected is not registration:
+                if not projected.log_dirs and registration.log_dirs:
+                    self._forget_directories(registration)
+                brokers[broker_id] = projected
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
         features = {

@@ -79,12 +79,15 @@ def test_unsafe_lossless_downgrade_is_accepted():
     assert cluster.state.metadata_version == 17
 
 
-def test_unsafe_lossy_downgrade_is_refused():
+def test_unsafe_lossy_downgrade_is_accepted():
+    # Kafka refuses it ("Unsafe metadata downgrade is not supported in this version.");
+    # kraftwerk implements KIP-778's lossy downgrade (tests/controller/test_downgrade.py).
     cluster = Cluster.bootstrapped(mv_level=22)
     result = cluster.update([("metadata.version", 14, UNSAFE)])
-    assert_rejected(
-        cluster, result, "Invalid metadata.version 14. Unsafe metadata downgrade is not supported in this version."
-    )
+    assert result.response["error_code"] == 0
+    assert result.response["error_message"].startswith(
+        "UNSAFE downgrade of metadata.version from 4.0-IV0 to 3.6-IV2 drops: no metadata this cluster holds")
+    assert cluster.state.metadata_version == 14
 
 
 def test_downgrade_type_with_a_higher_level():

@@ -55,7 +55,7 @@ def test_upgrade_dry_run_then_upgrade_then_lossless_downgrade(controller):
     assert "FinalizedVersionLevel: 3.8-IV0\t" in describe_lines(controller)["Feature: metadata.version"]
 
 
-def test_lossy_downgrade_is_refused_with_exit_1_safe_and_unsafe(controller):
+def test_lossy_downgrade_is_refused_safe_and_shown_then_done_unsafe(controller):
     safe = features(controller, "downgrade", "--metadata", "3.7-IV1")
     assert safe.returncode == 1
     assert safe.stdout.splitlines() == [
@@ -64,10 +64,18 @@ def test_lossy_downgrade_is_refused_with_exit_1_safe_and_unsafe(controller):
         "downgrade because it might delete metadata information.",
         "1 out of 1 operation(s) failed.",
     ]
-    unsafe = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe", "--dry-run")
-    assert unsafe.returncode == 1
-    assert "Unsafe metadata downgrade is not supported in this version." in unsafe.stdout
+    dry = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe", "--dry-run")
+    assert dry.returncode == 0
+    assert dry.stdout.splitlines() == [
+        "metadata.version can be downgraded to 3.7-IV1.",
+        "UNSAFE downgrade of metadata.version from 3.7-IV4 to 3.7-IV1 drops: no metadata this cluster holds.",
+    ]
     assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1" in describe_lines(controller)["Feature: metadata.version"]
+    # Not a terminal (captured output): no confirmation is asked.
+    done = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe")
+    assert done.returncode == 0
+    assert done.stdout.splitlines()[0] == "metadata.version was downgraded to 3.7-IV1."
+    assert "FinalizedVersionLevel: 3.7-IV1\t" in describe_lines(controller)["Feature: metadata.version"]
 
 
 def test_upgrade_past_the_supported_maximum_is_refused(controller):

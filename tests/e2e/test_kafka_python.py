@@ -85,11 +85,11 @@ def test_lossy_safe_downgrade_is_refused(admin):
     assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
 
 
-def test_unsafe_lossy_downgrade_is_refused_too(admin):
-    with pytest.raises(InvalidUpdateVersionError) as raised:
-        admin.update_features({MV: (UpdateFeatureType.UNSAFE_DOWNGRADE, 16)})
-    assert "Unsafe metadata downgrade is not supported" in str(raised.value)
-    assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
+def test_unsafe_lossy_downgrade_is_performed(admin):
+    # Kafka refuses it; kraftwerk implements KIP-778's lossy downgrade.
+    admin.update_features({MV: (UpdateFeatureType.UNSAFE_DOWNGRADE, 16)})
+    level, epoch = finalized_level(admin)
+    assert level == 16 and epoch > BOOTSTRAP_EPOCH
 
 
 def test_downgrade_without_a_downgrade_type_is_refused(admin):

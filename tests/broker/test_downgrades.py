@@ -1,0 +1,102 @@
+"""Downgrades on a running controller and broker (in-process, real sockets): snapshots at
+the metadata.version change, the lossy projection on every copy, and restarts."""
+
+from __future__ import annotations
+
+import trio
+
+from protocol.errors import ErrorCode
+from server.broker.lifecycle import BrokerState
+from server.controller.snapshot import load_snapshot
+from server.node import METADATA_LOG_DIR_NAME, ControllerNode
+from server.storage.snapshot import list_snapshots, read_snapshot, snapshot_path
+
+from .harness import running_cluster
+
+TIMEOUT_S = 30
+MV_3_6_IV2, MV_3_7_IV2, MV_3_7_IV4 = 14, 17, 19
+SAFE, UNSAFE = 2, 3
+
+
+def snapshots(directory):
+    return list_snapshots(directory / METADATA_LOG_DIR_NAME)
+
+
+def snapshot_records(directory, snapshot_id):
+    return read_snapshot(snapshot_path(directory / METADATA_LOG_DIR_NAME, snapshot_id))
+
+
+def latest_loaded(directory, cluster_id):
+    latest = max(snapshots(directory))
+    return load_snapshot(snapshot_records(directory, latest).records, latest.end_offset, cluster_id)
+
+
+async def restarted_controller_state(cluster):
+    node = ControllerNode(cluster.controller.config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        await node.controller.wait_active()
+        state = node.state
+        nursery.cancel_scope.cancel()
+    return state
+
+
+async def test_unsafe_downgrade_drops_log_dirs_everywhere_and_survives_restarts(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            async with trio.open_nursery() as brokers:
+                broker = await cluster.start_broker_in(brokers, 106, "3.7")
+                await broker.lifecycle.wait_state(BrokerState.RUNNING)
+                assert cluster.controller.state.broker(106).log_dirs == (broker.directory_id,)
+                reply = await cluster.update_metadata_version(MV_3_6_IV2, UNSAFE)
+                assert reply.error_code == ErrorCode.NONE
+                assert (f"broker 106: RegisterBrokerRecord.LogDirs (since 3.7-IV2) = {broker.directory_id}"
+                        in reply.error_message)
+                change_offset = cluster.controller.state.finalized_features_epoch
+                await broker.wait_renegotiated(MV_3_6_IV2)
+                for image in (cluster.controller.state, broker.state):
+                    assert image.metadata_version == MV_3_6_IV2
+                    assert image.broker(106).log_dirs == ()
+                    assert image.broker(106).endpoints  # only what 3.6-IV2 cannot hold is gone
+                # Snapshots: one just before the change, one at the new level right after it.
+                controller_dir = tmp_path / "controller-1"
+                ends = [s.end_offset for s in snapshots(controller_dir)]
+                assert change_offset + 1 in ends
+                after = [s for s in snapshots(controller_dir) if s.end_offset == change_offset + 1][0]
+                contents = snapshot_records(controller_dir, after)
+                loaded = load_snapshot(contents.records, after.end_offset, cluster.cluster_id)
+                assert loaded.metadata_version == MV_3_6_IV2 and loaded.broker(106).log_dirs == ()
+                assert change_offset + 1 in [s.end_offset for s in snapshots(tmp_path / "broker-106")]
+                await broker.shutdown(10)
+            cluster.nursery.cancel_scope.cancel()
+        state = await restarted_controller_state(cluster)
+        assert state.metadata_version == MV_3_6_IV2
+        assert state.broker(106).log_dirs == ()
+
+
+async def test_lossless_downgrade_keeps_every_record_across_a_restart(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            async with trio.open_nursery() as brokers:
+                broker = await cluster.start_broker_in(brokers, 107, "3.7")
+                await broker.lifecycle.wait_state(BrokerState.RUNNING)
+                before = cluster.controller.state.broker(107)
+                reply = await cluster.update_metadata_version(MV_3_7_IV2, SAFE)
+                assert (reply.error_code, reply.error_message) == (ErrorCode.NONE, None)
+                assert cluster.controller.state.broker(107) == before
+                # The downgrade's snapshot holds the state at the new level, nothing dropped.
+                latest = latest_loaded(tmp_path / "controller-1", cluster.cluster_id)
+                assert latest.metadata_version == MV_3_7_IV2 and latest.broker(107) == before
+                await broker.wait_renegotiated(MV_3_7_IV2)
+                assert broker.state.broker(107).log_dirs == before.log_dirs
+                # An upgrade snapshots the state just before it: the rollback point.
+                assert (await cluster.update_metadata_version(MV_3_7_IV4)).error_code == ErrorCode.NONE
+                latest = latest_loaded(tmp_path / "controller-1", cluster.cluster_id)
+                assert latest.metadata_version == MV_3_7_IV2
+                assert cluster.controller.state.metadata_version == MV_3_7_IV4
+                await broker.wait_renegotiated(MV_3_7_IV4)
+                await broker.shutdown(10)
+            cluster.nursery.cancel_scope.cancel()
+        state = await restarted_controller_state(cluster)
+        assert state.metadata_version == MV_3_7_IV4
+        assert state.broker(107).log_dirs == before.log_dirs
