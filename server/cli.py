@@ -465,7 +465,7 @@ def cmd_metadata_quorum(args) -> int:
 # --------------------------------------------------------------------------
 
 def _wait_for_interrupt(processes) -> None:
-    """Blocks until Ctrl-C or until every controller has exited.
+    """Blocks until Ctrl-C or until every node has exited.
 
     A controller that dies (or is killed to try a failover) is reported once; the
     others keep running, as they would in a real cluster."""
@@ -476,7 +476,7 @@ def _wait_for_interrupt(processes) -> None:
             for p in processes:
                 if not p.alive() and p.spec.node_id not in reported:
                     reported.add(p.spec.node_id)
-                    print(f"controller {p.spec.node_id} exited ({p.process.returncode}); see {p.spec.log_path}",
+                    print(f"{p.spec.role} {p.spec.node_id} exited ({p.process.returncode}); see {p.spec.log_path}",
                           file=sys.stderr, flush=True)
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -484,33 +484,72 @@ def _wait_for_interrupt(processes) -> None:
 
 
 def cmd_cluster_up(args) -> int:
-    from server import local_cluster as lc
-    from server.storage.meta_properties import random_uuid_string
+    from server.upgrade_story import LocalCluster, StoryError
 
     if not 1 <= args.controllers <= 9:
         raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
+    if not 0 <= args.brokers <= 50:
+        raise CommandError("--brokers must be between 0 and 50")
     work = Path(args.dir).resolve()
-    specs = lc.plan(work, args.controllers, args.base_port)
-    cluster_id = random_uuid_string()
-    processes = []
+    if work.exists() and not args.keep:
+        import shutil
+
+        shutil.rmtree(work)
+    cluster = LocalCluster(work, args.controllers, args.brokers, args.base_port, args.broker_base_port,
+                           release=args.release, metadata_version=args.metadata_version)
     try:
-        for spec in specs:
-            lc.write_config(spec, specs)
-            lc.format_controller(spec, cluster_id, args.metadata_version)
-        for spec in specs:
-            processes.append(lc.start_controller(spec))
-        for p in processes:
-            print(f"controller {p.spec.node_id} listening on {p.address} (pid {p.process.pid}, "
-                  f"logs {p.spec.log_path})")
-        print(f"\nTry: kraftwerk features describe --bootstrap-server {processes[0].address}", flush=True)
+        print(f"Formatting {args.controllers} controller(s) and {args.brokers} broker(s) in {work} "
+              f"(cluster id {cluster.cluster_id})", flush=True)
+        cluster.format()
+        for spec in cluster.specs:
+            process = cluster.start(spec.node_id)
+            print(f"  {spec.role} {spec.node_id} listening on {process.address} (pid {process.process.pid}, "
+                  f"logs {spec.log_path})", flush=True)
+        cluster.wait_bootstrapped()
+        print("  the quorum elected a leader and wrote the bootstrap records", flush=True)
+        if cluster.brokers:
+            cluster.wait_unfenced([b.node_id for b in cluster.brokers])
+            print(f"  brokers {', '.join(str(b.node_id) for b in cluster.brokers)} registered and unfenced",
+                  flush=True)
+        print("\nReach it with:")
+        first = (cluster.brokers or cluster.controllers)[0].address
+        print(f"  kraftwerk features describe --bootstrap-server {first}")
+        print(f"  kraftwerk metadata-quorum describe --status --bootstrap-controller "
+              f"{cluster.controllers[0].address}")
+        print(f"  kcat -L -b {first}")
+        print(f"  python -m kafka.admin -b {first} cluster describe-features", flush=True)
         if not args.exit:
-            _wait_for_interrupt(processes)
+            _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
-    except lc.LocalClusterError as exc:
+    except (lc_errors() + (StoryError,)) as exc:
         raise CommandError(str(exc)) from None
     finally:
-        for p in processes:
-            lc.stop_controller(p)
+        cluster.stop_all()
+
+
+def lc_errors() -> tuple[type[Exception], ...]:
+    from server import local_cluster as lc
+
+    return (lc.LocalClusterError,)
+
+
+def cmd_demo_upgrade(args) -> int:
+    """`kraftwerk cluster demo-upgrade`: the KIP-778 story on 3 controllers and 3 brokers."""
+    from server.upgrade_story import StoryError, UpgradeStory
+
+    story = UpgradeStory(Path(args.dir).resolve(), say=lambda text: print(text, flush=True),
+                         base_port=args.base_port, broker_base_port=args.broker_base_port)
+    try:
+        story.run()
+        print("\nThe story is done: every node runs 3.7, metadata.version went up step by step, brokers "
+              "renegotiated without restarts, and the downgrades did what they said.", flush=True)
+        if not args.exit:
+            _wait_for_interrupt(list(story.cluster.processes.values()))
+        return EXIT_OK
+    except (lc_errors() + (StoryError,)) as exc:
+        raise CommandError(f"{exc} (logs in {args.dir})") from None
+    finally:
+        story.cluster.stop_all()
 
 
 def cmd_demo(args) -> int:
@@ -684,13 +723,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     cluster = sub.add_parser("cluster", help="run a local cluster of real processes")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
-    up = cluster_sub.add_parser("up", help="format and start local controllers on 127.0.0.1")
-    up.add_argument("--controllers", type=int, default=1)
+    up = cluster_sub.add_parser("up", help="format and start local controllers and brokers on 127.0.0.1")
+    up.add_argument("--controllers", type=int, default=3)
+    up.add_argument("--brokers", type=int, default=3, help="broker agents, ids 101, 102, ...")
     up.add_argument("--base-port", type=int, default=9093, help="controller N listens on base-port + N - 1")
+    up.add_argument("--broker-base-port", type=int, default=9192, help="broker 10N listens on this + N - 1")
     up.add_argument("--dir", default="var/cluster")
+    up.add_argument("--keep", action="store_true", help="keep an existing directory (default: start fresh)")
+    up.add_argument("--release", help="run every node as this Apache Kafka release (e.g. 3.6)")
     up.add_argument("--metadata-version", default=None, help="format at this metadata.version")
     up.add_argument("--exit", action="store_true", help="stop again once everything is up (for scripts)")
-    cluster.set_defaults(func=cmd_cluster_up)
+    up.set_defaults(func=cmd_cluster_up)
+    story = cluster_sub.add_parser("demo-upgrade", help="3 controllers + 3 brokers: roll 3.5 -> 3.7, upgrade "
+                                                        "metadata.version online, downgrade safe and unsafe")
+    story.add_argument("--dir", default="var/demo-upgrade")
+    story.add_argument("--base-port", type=int, default=9093)
+    story.add_argument("--broker-base-port", type=int, default=9192)
+    story.add_argument("--exit", action="store_true", help="stop the cluster after the story")
+    story.set_defaults(func=cmd_demo_upgrade)
 
     demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
     demo.add_argument("--dir", default="var/demo")

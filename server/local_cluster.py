@@ -1,10 +1,10 @@
-"""Real controller processes on 127.0.0.1, for `kraftwerk demo`, `kraftwerk cluster up`,
-benchmarks and tests.
+"""Real controller and broker processes on 127.0.0.1, for `kraftwerk demo`,
+`kraftwerk cluster up`, benchmarks and tests.
 
 Owns: writing a node's properties file, formatting its directory with the
-real `kraftwerk storage format`, starting `kraftwerk controller` as a child
-process (ready once it writes its port file), and stopping it (SIGTERM, then
-SIGKILL). Every wait is bounded.
+real `kraftwerk storage format`, starting `kraftwerk controller` or
+`kraftwerk broker` as a child process (ready once it writes its port file),
+and stopping it (SIGTERM, then SIGKILL). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -31,29 +31,40 @@ class LocalClusterError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ControllerSpec:
+    """One local node: a controller (the default) or, with role="broker", a broker agent."""
+
     node_id: int
     port: int
     directory: Path  # holds the properties file, the log file and the metadata dir
+    role: str = "controller"
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.node_id}"
 
     @property
     def config_path(self) -> Path:
-        return self.directory / f"controller-{self.node_id}.properties"
+        return self.directory / f"{self.name}.properties"
 
     @property
     def metadata_dir(self) -> Path:
-        return self.directory / f"controller-{self.node_id}"
+        return self.directory / self.name
 
     @property
     def log_path(self) -> Path:
-        return self.directory / f"controller-{self.node_id}.log"
+        return self.directory / f"{self.name}.log"
 
     @property
     def port_file(self) -> Path:
-        return self.directory / f"controller-{self.node_id}.port"
+        return self.directory / f"{self.name}.port"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+
+def broker_spec(node_id: int, port: int, directory: Path) -> ControllerSpec:
+    return ControllerSpec(node_id, port, directory, role="broker")
 
 
 @dataclass
@@ -76,15 +87,25 @@ def voters_property(specs: list[ControllerSpec]) -> str:
 
 
 def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict[str, str] | None = None) -> Path:
-    lines = [
-        f"# Controller {spec.node_id}, written by kraftwerk's local cluster tooling.",
-        f"node.id={spec.node_id}",
-        "process.roles=controller",
-        f"listeners=CONTROLLER://127.0.0.1:{spec.port}",
-        f"metadata.log.dir={spec.metadata_dir}",
-    ]
-    if len(voters) > 1:
-        lines.append(f"controller.quorum.voters={voters_property(voters)}")
+    if spec.role == "broker":
+        lines = [
+            f"# Broker {spec.node_id}, written by kraftwerk's local cluster tooling.",
+            f"node.id={spec.node_id}",
+            "process.roles=broker",
+            f"listeners=PLAINTEXT://127.0.0.1:{spec.port}",
+            f"metadata.log.dir={spec.metadata_dir}",
+            f"controller.quorum.voters={voters_property(voters)}",
+        ]
+    else:
+        lines = [
+            f"# Controller {spec.node_id}, written by kraftwerk's local cluster tooling.",
+            f"node.id={spec.node_id}",
+            "process.roles=controller",
+            f"listeners=CONTROLLER://127.0.0.1:{spec.port}",
+            f"metadata.log.dir={spec.metadata_dir}",
+        ]
+        if len(voters) > 1:
+            lines.append(f"controller.quorum.voters={voters_property(voters)}")
     for key, value in (extra or {}).items():
         lines.append(f"{key}={value}")
     spec.directory.mkdir(parents=True, exist_ok=True)
@@ -104,14 +125,14 @@ def format_controller(spec: ControllerSpec, cluster_id: str, metadata_version: s
         argv += ["--metadata-version", metadata_version]
     result = run_cli(*argv)
     if result.returncode != 0:
-        raise LocalClusterError(f"formatting controller {spec.node_id} failed: {result.stderr.strip()}")
+        raise LocalClusterError(f"formatting {spec.role} {spec.node_id} failed: {result.stderr.strip()}")
 
 
 def start_controller(spec: ControllerSpec) -> ControllerProcess:
     spec.port_file.unlink(missing_ok=True)
     handle = open(spec.log_path, "ab")
     process = subprocess.Popen(
-        CLI + ["controller", "--config", str(spec.config_path), "--port-file", str(spec.port_file)],
+        CLI + [spec.role, "--config", str(spec.config_path), "--port-file", str(spec.port_file)],
         stdout=handle, stderr=handle, start_new_session=True,
     )
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -121,12 +142,12 @@ def start_controller(spec: ControllerSpec) -> ControllerProcess:
             return ControllerProcess(spec, process, int(text), handle)
         if process.poll() is not None:
             handle.close()
-            raise LocalClusterError(f"controller {spec.node_id} exited with {process.returncode}; "
+            raise LocalClusterError(f"{spec.role} {spec.node_id} exited with {process.returncode}; "
                                     f"see {spec.log_path}")
         if time.monotonic() > deadline:
             process.kill()
             handle.close()
-            raise LocalClusterError(f"controller {spec.node_id} did not start within {START_TIMEOUT_S:.0f} s")
+            raise LocalClusterError(f"{spec.role} {spec.node_id} did not start within {START_TIMEOUT_S:.0f} s")
         time.sleep(PORT_FILE_POLL_S)
 
 
@@ -171,3 +192,14 @@ def free_port_run(count: int, attempts: int = 50) -> int:
 
 def plan(directory: Path, controllers: int, base_port: int) -> list[ControllerSpec]:
     return [ControllerSpec(node_id, base_port + node_id - 1, directory) for node_id in range(1, controllers + 1)]
+
+
+def plan_brokers(directory: Path, brokers: int, base_port: int, first_id: int = 101) -> list[ControllerSpec]:
+    """Broker N (ids from 101, clear of the controllers') listens on base_port + N - first_id."""
+    return [broker_spec(node_id, base_port + node_id - first_id, directory)
+            for node_id in range(first_id, first_id + brokers)]
+
+
+start_node = start_controller
+stop_node = stop_controller
+format_node = format_controller

@@ -81,11 +81,34 @@ class BrokerLifecycle:
         self._wake = trio.Event()
         self._shutdown_requested = False
         self._fatal: str | None = None
+        self._reregister = False
 
     # -- for the node and tests ---------------------------------------------------
     async def wait_state(self, *states: BrokerState) -> None:
         while self.state not in states:
             await self._changed.wait()
+
+    async def wait_registrations(self, count: int) -> None:
+        """Until `count` registrations succeeded (re-registrations included)."""
+        while self.registrations < count:
+            await self._changed.wait()
+
+    async def wait_refusals(self, count: int) -> None:
+        """Until `count` registration attempts in a row were refused."""
+        while self.refusals < count:
+            await self._changed.wait()
+
+    def _progress(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def request_reregistration(self) -> None:
+        """Register again with the same incarnation (it keeps its epoch and state): after a
+        metadata.version change lets the registration carry more (log directories from
+        3.7-IV2), as Kafka's BrokerRegistrationTracker does."""
+        if self.broker_epoch >= 0:
+            self._reregister = True
+            self._poke()
 
     def request_shutdown(self) -> None:
         self._shutdown_requested = True
@@ -105,8 +128,7 @@ class BrokerLifecycle:
             log.info(Event.BROKER_STATE_CHANGED, broker_id=self.node.config.node_id, old=self.state.value,
                      new=state.value, broker_epoch=self.broker_epoch)
             self.state = state
-            self._changed.set()
-            self._changed = trio.Event()
+            self._progress()
 
     async def _sleep_ms(self, delay_ms: float) -> None:
         """Sleeps, or returns early when poked (shutdown, fatal)."""
@@ -130,7 +152,8 @@ class BrokerLifecycle:
                 await self._stop_fatal()
             if self._shutdown_requested and self.broker_epoch < 0:
                 return  # never registered: nothing to tell the controller
-            if self.broker_epoch < 0:
+            if self.broker_epoch < 0 or self._reregister:
+                self._reregister = False
                 await self._register()
                 continue
             done = await self._heartbeat()
@@ -207,8 +230,11 @@ class BrokerLifecycle:
             self.refusals = 0
             self.last_refusal = []
             log.info(Event.BROKER_REGISTERED_WITH_CONTROLLER, broker_id=node.config.node_id,
-                     broker_epoch=self.broker_epoch, controller_id=node.raft_driver.leader_id)
-            self._set_state(BrokerState.RECOVERY)
+                     broker_epoch=self.broker_epoch, controller_id=node.raft_driver.leader_id,
+                     registrations=self.registrations)
+            if self.state is BrokerState.STARTING:
+                self._set_state(BrokerState.RECOVERY)
+            self._progress()
             return
         if code == ErrorCode.NOT_CONTROLLER or response is None:
             # The leader moved or is unknown: the next leader change (or a short pause) tells.
@@ -228,6 +254,7 @@ class BrokerLifecycle:
                     error_code=code, error=ErrorCode(code).name if code in ErrorCode._value2member_map_ else code,
                     reasons=self.last_refusal, release=node.config.release or "kraftwerk",
                     retry_in_ms=round(delay_ms))
+        self._progress()
         await self._sleep_ms(delay_ms)
 
     # -- heartbeats -------------------------------------------------------------------

@@ -236,6 +236,10 @@ class BrokerNode(ServingNode):
         self.renegotiated_metadata_version = level
         chosen = {GATES[key].api_name: self.lifecycle._version(driver.peer(leader), key)
                   for key in (62, 63) if leader is not None and driver.peer(leader) is not None}
+        own = self.state.broker(self.config.node_id)
+        if own is not None and not own.log_dirs and (chosen.get("BrokerRegistration") or 0) >= 2:
+            # The registration can carry this broker's log directory now (3.7-IV2+).
+            self.lifecycle.request_reregistration()
         log.info(Event.BROKER_RENEGOTIATED, broker_id=self.config.node_id,
                  metadata_version=str(find_metadata_version(level) or level), controller_id=leader,
                  with_leader=ok, versions=chosen)

@@ -47,8 +47,7 @@ async def test_release_that_cannot_run_the_finalized_level_is_refused_and_stays_
     with trio.fail_after(TIMEOUT_S):
         async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
             broker = await cluster.start_broker(101, "3.5")
-            while broker.lifecycle.refusals < 2:  # refused, backed off, refused again
-                await trio.sleep(0.05)
+            await broker.lifecycle.wait_refusals(2)  # refused, backed off, refused again
             assert broker.lifecycle.state is BrokerState.STARTING
             assert broker.lifecycle.broker_epoch == -1
             assert cluster.controller.state.broker(101) is None
@@ -61,6 +60,9 @@ async def test_metadata_version_change_renegotiates_and_closes_client_connection
         async with running_cluster(tmp_path, MV_3_5_IV2) as cluster:
             broker = await cluster.start_broker(102, "3.7")
             await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            epoch = broker.lifecycle.broker_epoch
+            # BrokerRegistration v1 at 3.5-IV2: no log directories.
+            assert cluster.controller.state.broker(102).log_dirs == ()
             before = await advertised(broker.port)
             assert before[DESCRIBE_CLUSTER] == (0, 0)
             leader = broker.raft_driver.peer(1)
@@ -83,11 +85,14 @@ async def test_metadata_version_change_renegotiates_and_closes_client_connection
             after = await advertised(broker.port)
             assert after[DESCRIBE_CLUSTER] == (0, 1)
             assert broker.connections.closed_by_request >= 1
-            # Heartbeats go on at the new version; the broker stays unfenced.
-            sent = leader.negotiations
-            await broker.lifecycle.wait_state(BrokerState.RUNNING)
-            assert not cluster.controller.state.broker(102).fenced
-            assert leader.negotiations == sent
+            # With BrokerRegistration v2+ the broker registers again, same incarnation and
+            # epoch, so that its registration carries its log directory (3.7-IV2).
+            await broker.lifecycle.wait_registrations(2)
+            registration = cluster.controller.state.broker(102)
+            assert registration.log_dirs == (broker.directory_id,)
+            assert registration.epoch == epoch == broker.lifecycle.broker_epoch
+            assert not registration.fenced
+            assert broker.lifecycle.state is BrokerState.RUNNING
 
 
 async def test_controller_apis_sent_to_a_broker_are_forwarded(tmp_path):
