@@ -164,6 +164,16 @@ class LocalCluster:
         self.processes[node_id] = process
         return process
 
+    def add_broker(self, release: str | None) -> int:
+        """Plans (and formats) one more broker; returns its id. Start it with `start`."""
+        node_id = max(b.node_id for b in self.brokers) + 1 if self.brokers else 101
+        spec = lc.broker_spec(node_id, lc.free_port_run(1), self.work)
+        self.brokers.append(spec)
+        self.releases[node_id] = release
+        self._write_config(spec)
+        lc.format_node(spec, self.cluster_id, self.metadata_version)
+        return node_id
+
     def stop(self, node_id: int, kill: bool = False) -> None:
         process = self.processes.pop(node_id, None)
         if process is not None:
@@ -348,7 +358,8 @@ class UpgradeStory:
         return step
 
     def advertised_by_brokers(self) -> dict[int, dict[int, tuple[int, int]]]:
-        return {b.node_id: node_view(b.address).api_ranges for b in self.cluster.brokers}
+        return {b.node_id: node_view(b.address).api_ranges for b in self.cluster.brokers
+                if self.cluster.alive(b.node_id)}
 
     # -- the story ------------------------------------------------------------------------
     def start(self) -> None:
