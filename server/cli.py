@@ -238,8 +238,12 @@ def cmd_storage_format(args) -> int:
 
     get_logger("storage").info(Event.STORAGE_FORMATTED, directory=str(directory), cluster_id=args.cluster_id,
                                metadata_version=str(metadata_version_from_level(level)))
-    print(f"Formatting metadata directory {directory} with metadata.version "
-          f"{metadata_version_from_level(level)}.")
+    if config.is_broker:
+        print(f"Formatting metadata directory {directory} for broker {config.node_id} (it learns the "
+              "finalized features from the controllers).")
+    else:
+        print(f"Formatting metadata directory {directory} with metadata.version "
+              f"{metadata_version_from_level(level)}.")
     return EXIT_OK
 
 

@@ -1,4 +1,5 @@
-"""The README's main job, `kraftwerk demo`, and `kraftwerk cluster up`, as a newcomer runs them."""
+"""`kraftwerk demo` and `kraftwerk cluster up` (the README's main command; its story,
+`kraftwerk cluster demo-upgrade`, is tested in test_upgrade_story.py), as a newcomer runs them."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_demo_tells_the_upgrade_story_with_a_failover_and_stops_cleanly(tmp_path
 
 def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_path):
     port = free_port()
-    result = run_cli("cluster", "up", "--exit", "--base-port", str(port), "--dir", str(tmp_path), timeout_s=120)
+    result = run_cli("cluster", "up", "--controllers", "1", "--brokers", "0", "--exit", "--base-port", str(port),
+                     "--dir", str(tmp_path), timeout_s=120)
     assert result.returncode == 0, result.stderr
     assert f"controller 1 listening on 127.0.0.1:{port}" in result.stdout
 
@@ -53,7 +55,7 @@ def free_ports(count: int) -> int:
 
 def test_cluster_up_starts_a_three_controller_quorum(tmp_path):
     base = free_ports(3)
-    result = run_cli("cluster", "up", "--controllers", "3", "--exit", "--base-port", str(base),
+    result = run_cli("cluster", "up", "--controllers", "3", "--brokers", "0", "--exit", "--base-port", str(base),
                      "--dir", str(tmp_path), timeout_s=120)
     assert result.returncode == 0, result.stderr
     for node_id in (1, 2, 3):
@@ -64,3 +66,18 @@ def test_cluster_up_starts_a_three_controller_quorum(tmp_path):
     ids = {(tmp_path / f"controller-{n}" / "meta.properties").read_text().split("cluster.id=")[1].split()[0]
            for n in (1, 2, 3)}
     assert len(ids) == 1
+
+
+def test_cluster_up_by_default_starts_three_controllers_and_three_unfenced_brokers(tmp_path):
+    controllers, brokers = free_ports(3), free_ports(3)
+    result = run_cli("cluster", "up", "--exit", "--base-port", str(controllers), "--broker-base-port", str(brokers),
+                     "--dir", str(tmp_path), timeout_s=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for node_id in (1, 2, 3):
+        assert f"controller {node_id} listening on 127.0.0.1:{controllers + node_id - 1}" in result.stdout
+    for index, broker_id in enumerate((101, 102, 103)):
+        assert f"broker {broker_id} listening on 127.0.0.1:{brokers + index}" in result.stdout
+        config = (tmp_path / f"broker-{broker_id}.properties").read_text()
+        assert "process.roles=broker" in config
+    assert "brokers 101, 102, 103 registered and unfenced" in result.stdout
+    assert f"kraftwerk features describe --bootstrap-server 127.0.0.1:{brokers}" in result.stdout
