@@ -166,7 +166,7 @@ class BrokerLifecycle:
         with trio.move_on_after(LEADER_WAIT_S):
             while True:
                 leader = driver.leader_id
-                peer = driver.peer(leader) if leader is not None else None
+                peer = self.node.controller_peer(leader)
                 if peer is not None and peer.connected and peer.api_versions:
                     return peer
                 if peer is not None:

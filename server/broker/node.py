@@ -42,7 +42,7 @@ from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.gating import GATES, max_allowed_version
 from server.net.listener import ConnectionRegistry, serve_listener
-from server.net.peer import PeerAddress, PeerUnavailable
+from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.node import METADATA_LOG_DIR_NAME, StartupError
 from server.observability import Event, Metrics, get_logger
 from server.raft.core import RaftConfig
@@ -137,6 +137,13 @@ class BrokerNode(ServingNode):
         store = FileQuorumStateStore(log_dir, meta.cluster_id, voter_ids)
         self.raft_driver = RaftDriver(raft_config, storage, store, peers, random.Random(self._rng.random()),
                                       client_id=f"kraftwerk-broker-{config.node_id}")
+        # The broker's requests to the controllers (registration, heartbeats, ApiVersions,
+        # forwarded requests) go over connections of their own: the observer's connection
+        # to the leader carries a long-polled Fetch that the leader answers in order, which
+        # would hold any request queued behind it for up to fetch_max_wait_ms.
+        self._controller_peers = {
+            node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}", random.Random(self._rng.random()))
+            for node_id, address in peers.items()}
         # The replayer is a controller loop that never becomes active (an observer never
         # leads): its replay task is the only writer of the image, as on a controller.
         self.replayer = ControllerLoop(
@@ -161,6 +168,8 @@ class BrokerNode(ServingNode):
                                                        self.config.listener.port, registry=self.connections,
                                                        task_status=task_status))
                 self.port = listeners[0].socket.getsockname()[1]
+                for peer in self._controller_peers.values():
+                    await nursery.start(peer.run)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.replayer.run)
                 log.info(Event.BROKER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
@@ -178,6 +187,10 @@ class BrokerNode(ServingNode):
         self.lifecycle.request_shutdown()
         with trio.move_on_after(timeout_s):
             await self.lifecycle.wait_state(BrokerState.SHUTTING_DOWN)
+
+    def controller_peer(self, node_id: int | None) -> PeerConnection | None:
+        """The connection for broker-to-controller requests to controller `node_id`."""
+        return self._controller_peers.get(node_id) if node_id is not None else None
 
     async def wait_metadata_known(self) -> None:
         """Until the image holds a metadata.version and has replayed what the leader had
@@ -226,7 +239,7 @@ class BrokerNode(ServingNode):
         leader = driver.leader_id
         ok = False
         for voter in self.config.quorum_voters:
-            peer = driver.peer(voter.node_id)
+            peer = self.controller_peer(voter.node_id)
             if peer is not None and await peer.renegotiate(RENEGOTIATE_TIMEOUT_S) and voter.node_id == leader:
                 ok = True
                 self.controller_api_versions = dict(peer.api_versions)
@@ -234,8 +247,9 @@ class BrokerNode(ServingNode):
             return  # a newer change is on its way; it renegotiates again
         self.renegotiations += 1
         self.renegotiated_metadata_version = level
-        chosen = {GATES[key].api_name: self.lifecycle._version(driver.peer(leader), key)
-                  for key in (62, 63) if leader is not None and driver.peer(leader) is not None}
+        peer = self.controller_peer(leader)
+        chosen = {GATES[key].api_name: self.lifecycle._version(peer, key) for key in (62, 63)
+                  if peer is not None and peer.api_versions}
         own = self.state.broker(self.config.node_id)
         if own is not None and not own.log_dirs and (chosen.get("BrokerRegistration") or 0) >= 2:
             # The registration can carry this broker's log directory now (3.7-IV2+).
@@ -284,7 +298,7 @@ class BrokerNode(ServingNode):
         with trio.move_on_after(FORWARD_TIMEOUT_S):
             while True:
                 leader = driver.leader_id
-                peer = driver.peer(leader) if leader is not None else None
+                peer = self.controller_peer(leader)
                 if peer is None or not peer.connected:
                     with trio.move_on_after(0.2):
                         await driver.wait_changed()

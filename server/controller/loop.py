@@ -200,17 +200,20 @@ class ControllerLoop:
                     continue
                 if item.control_type is None:
                     records = [decode_metadata_record(value) for value in item.values]
+                    before = self.state.metadata_version
+                    changes = self._snapshot_at is not None and before is not None and any(
+                        r.name == "FeatureLevelRecord" and r.data["name"] == METADATA_VERSION
+                        and r.data["feature_level"] != before for r in records)
+                    if changes:
+                        # KIP-778: the state just before the metadata.version change. Snapshots
+                        # end at batch boundaries (a batch commits atomically, so no committed
+                        # state lies inside one, and a fetcher can continue right after it).
+                        await self._snapshot_at(self.state, item.base_offset, item.epoch, item.timestamp_ms)
                     for index, record in enumerate(records):
-                        offset = item.base_offset + index
-                        previous = self.state.metadata_version
-                        changes = (self._snapshot_at is not None and record.name == "FeatureLevelRecord"
-                                   and record.data["name"] == METADATA_VERSION and previous is not None
-                                   and record.data["feature_level"] != previous)
-                        if changes:
-                            await self._snapshot_at(self.state, offset, item.epoch, item.timestamp_ms)
-                        self.state.replay(record, offset)
-                        if changes and record.data["feature_level"] < previous:
-                            await self._snapshot_at(self.state, offset + 1, item.epoch, item.timestamp_ms)
+                        self.state.replay(record, item.base_offset + index)
+                    if changes and self.state.metadata_version < before:
+                        # After a downgrade: the state at the new level, which older software reads.
+                        await self._snapshot_at(self.state, item.next_offset, item.epoch, item.timestamp_ms)
                     self.replayed_bytes += sum(len(value) for value in item.values)
                     if self.stop_on_unsupported_level:
                         await self._check_supported(records)

@@ -390,6 +390,11 @@ class MetadataRaftLog:
             await self.flush()
         if snapshot_id.end_offset > self.metadata_log.end_offset:
             raise ValueError(f"snapshot {snapshot_id} ends beyond the log end {self.metadata_log.end_offset}")
+        if not self.metadata_log.is_batch_boundary(snapshot_id.end_offset):
+            # A replica that loads it would fetch from inside a batch, which the leader can only
+            # send whole: it could never append it. Batches commit atomically, so no committed
+            # state lies inside one anyway.
+            raise ValueError(f"snapshot {snapshot_id} ends inside a record batch")
         if snapshot_id.end_offset > self.metadata_log.start_offset:
             epoch = self.epoch_before(snapshot_id.end_offset)
             if epoch != snapshot_id.epoch:

@@ -814,6 +814,13 @@ class MetadataLog:
     # Prefix deletion and reset (snapshots)
     # ------------------------------------------------------------------
 
+    def is_batch_boundary(self, offset: int) -> bool:
+        """True if a batch starts at `offset`, or `offset` is the log's end (or below its start)."""
+        with self._mutex:
+            if offset >= self.end_offset or offset <= self._start_offset:
+                return True
+            return self._batch_base_at(offset) == offset
+
     def delete_before(self, offset: int) -> int:
         """Moves the log start up to `offset` (a snapshot's end offset) and deletes
         every segment wholly below it; returns the new start offset.

@@ -65,7 +65,7 @@ async def test_metadata_version_change_renegotiates_and_closes_client_connection
             assert cluster.controller.state.broker(102).log_dirs == ()
             before = await advertised(broker.port)
             assert before[DESCRIBE_CLUSTER] == (0, 0)
-            leader = broker.raft_driver.peer(1)
+            leader = broker.controller_peer(1)
             assert broker.lifecycle._version(leader, BROKER_HEARTBEAT) == 0
             assert broker.lifecycle._version(leader, BROKER_REGISTRATION) == 1
             negotiations = leader.negotiations

@@ -74,7 +74,8 @@ def harness_apis() -> dict:
 
 @dataclass(eq=False)
 class HarnessNode:
-    """Stands in for ControllerNode where the dispatcher needs one (config, metrics, served_apis)."""
+    """Stands in for ControllerNode where the dispatcher needs one (config, metrics, served_apis,
+    advertised_ranges)."""
 
     node_id: int
     directory: Path
@@ -94,6 +95,10 @@ class HarnessNode:
     values: list[bytes] = field(default_factory=list)
     applied_offset: int = 0
     snapshots_loaded: list = field(default_factory=list)
+
+    def advertised_ranges(self) -> dict[int, tuple[int, int]]:
+        # Ungated: these nodes have no metadata image (no finalized metadata.version).
+        return {key: (api.min_version, api.max_version) for key, api in self.served_apis.items()}
 
     @property
     def driver(self) -> RaftDriver:

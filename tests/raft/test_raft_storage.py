@@ -177,3 +177,25 @@ async def test_staged_leader_appends_answer_at_once_and_are_durable_after_write_
         assert reopened.end_offset == 3
     finally:
         reopened.close()
+
+
+async def test_a_snapshot_that_ends_inside_a_batch_cannot_become_the_log_start(tmp_path):
+    """A replica that installed such a snapshot would fetch from inside a batch, which the
+    leader can only send whole: it would ask for the same batch forever (seen in the
+    broker fan-out benchmark before MV-change snapshots were moved to batch boundaries)."""
+    metadata_log = MetadataLog.open(tmp_path / "log")
+    try:
+        real = MetadataRaftLog(metadata_log)
+        await real.apply([Append(Batch(0, 1, (b"a", b"b", b"c"), None, 0)), Append(Batch(3, 1, (b"d",), None, 0))])
+        directory = real.directory
+        for end in (2, 3):
+            stored = StoredSnapshotId(end, 1)
+            with SnapshotWriter(directory, stored, 0) as writer:
+                writer.append([b"state"])
+                writer.freeze()
+        with pytest.raises(ValueError, match="inside a record batch"):
+            await real.compact(SnapshotId(2, 1))
+        assert real.start_offset == 0
+        assert await real.compact(SnapshotId(3, 1)) == 3
+    finally:
+        metadata_log.close()

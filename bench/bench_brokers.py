@@ -1,0 +1,569 @@
+"""Brokers against a 3-voter quorum: renegotiation fan-out and a registration storm.
+
+Two measurements, each against freshly formatted voters on 127.0.0.1
+(server/local_cluster.py: real `kraftwerk controller` processes, fsync on),
+each printing its command line and markdown tables:
+
+  fanout  For each N in --brokers: a fresh quorum at metadata.version
+          3.5-IV2 and N broker agents (`BrokerNode`, release 3.7, heartbeat
+          interval 2000 ms = Kafka's default) in this one trio process, each
+          with its own formatted directory and metadata log (fsync on), real
+          sockets to the controllers. Once all N are RUNNING (unfenced),
+          UpdateFeatures moves metadata.version up one step at a time
+          (3.7-IV2, 3.7-IV3, 3.7-IV4: the levels release 3.7 runs), sent to
+          the leader with KafkaClient. Per step and broker: the time from the
+          committed reply's arrival to the broker having renegotiated
+          ApiVersions with the controllers at the new level
+          (`wait_renegotiated`). At the first step each broker's advertised
+          DescribeCluster range must go from max 0 to max 1 (gated at
+          3.7-IV0). Bounded by --budget-s: an N that does not fit is reported
+          as not run (or cut short), never waited on.
+  storm   --brokers simulated brokers (a load generator speaking the real
+          protocol over a few pipelined connections, one per 50 brokers) to a
+          quorum at 3.7-IV4: each registers (BrokerRegistration at the version
+          the leader advertises, jittered within the first 5 s), then
+          heartbeats every 2000 ms with a metadata offset high enough to be
+          unfenced. When all are unfenced (bounded), a steady window of
+          --duration-s starts: heartbeat latency, errors, and each
+          controller's CPU (utime + stime from /proc over the window).
+
+Timing targets live here, never in tests.
+
+Run: .venv/bin/python bench/bench_brokers.py fanout [--brokers 3,30,300] [--budget-s 300]
+     .venv/bin/python bench/bench_brokers.py storm [--brokers 1000] [--duration-s 30]
+Both take --dir PATH (parent of the temporary directory: the disk measured).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import resource
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import trio  # noqa: E402
+
+import _common as common  # noqa: E402
+from protocol.errors import ErrorCode  # noqa: E402
+
+VOTERS = 3
+BROKER_ID_BASE = 100  # controllers are 1..3
+RELEASE = "3.7"
+HEARTBEAT_INTERVAL_MS = 2_000  # Kafka's broker.heartbeat.interval.ms default
+FENCED_RETRY_MS = 100  # as server/broker/lifecycle.py: ask again soon while fenced
+UPDATE_FEATURES, DESCRIBE_CLUSTER = 57, 60
+BROKER_REGISTRATION, BROKER_HEARTBEAT = 62, 63
+UPGRADE = 1
+FANOUT_FORMAT_MV, FANOUT_STEPS = "3.5-IV2", (17, 18, 19)  # 3.7-IV2, 3.7-IV3, 3.7-IV4
+LEVEL_NAMES = {11: "3.5-IV2", 17: "3.7-IV2", 18: "3.7-IV3", 19: "3.7-IV4"}
+STORM_FORMAT_MV = "3.7-IV4"
+BROKERS_PER_CONNECTION = 50
+REGISTRATION_SPREAD_S = 5.0
+REQUEST_TIMEOUT_S = 10.0
+MAX_REGISTRATION_ATTEMPTS = 20
+HIGH_METADATA_OFFSET = 1 << 40  # >= any registration offset: the controller unfences at once
+RUNNING_WAIT_BASE_S, RUNNING_WAIT_PER_BROKER_S = 30.0, 0.5
+RENEGOTIATE_WAIT_BASE_S, RENEGOTIATE_WAIT_PER_BROKER_S = 20.0, 0.2
+UNFENCE_WAIT_S = 30.0  # after the last registration was sent
+DRAIN_WAIT_S = 15.0
+IDLE_WINDOW_S = 3.0
+
+
+def raise_open_files_limit() -> int:
+    """Every broker holds sockets and log files: lift the soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return hard
+    return soft
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f}" if not math.isnan(seconds) else "-"
+
+
+def cpu_share(before: dict[int, float], after: dict[int, float], window_s: float) -> dict[int, float]:
+    """% of one core per pid over the window."""
+    return {pid: 100.0 * (after[pid] - before[pid]) / window_s for pid in before}
+
+
+def code_name(code) -> str:
+    if isinstance(code, int) and code in ErrorCode._value2member_map_:
+        return ErrorCode(code).name
+    return str(code)
+
+
+# --------------------------------------------------------------------------
+# 1. renegotiation fan-out
+# --------------------------------------------------------------------------
+
+async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: float) -> dict:
+    """N brokers in this trio run; returns {'start_s', 'steps': [...], 'note'}."""
+    from server.broker.lifecycle import BrokerState
+    from server.broker.node import BrokerNode
+    from server.client import KafkaClient
+    from server.config import Listener, ServerConfig, VoterAddress
+    from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
+
+    work = quorum.specs[1].directory
+    voters = tuple(VoterAddress(node_id, common.HOST, quorum.port(node_id)) for node_id in quorum.specs)
+    result: dict = {"steps": [], "note": "", "start_s": float("nan")}
+    brokers: list[BrokerNode] = []
+    for index in range(n):
+        node_id = BROKER_ID_BASE + index
+        directory = work / f"broker-{node_id}"
+        directory.mkdir(parents=True)
+        write_meta_properties(directory, MetaProperties(cluster_id=quorum.cluster_id, node_id=node_id,
+                                                        directory_id=random_uuid_string()))
+        brokers.append(BrokerNode(ServerConfig(
+            node_id=node_id, listener=Listener("PLAINTEXT", common.HOST, 0), metadata_log_dir=directory,
+            quorum_voters=voters, process_roles=("broker",), release=RELEASE,
+            broker_heartbeat_interval_ms=HEARTBEAT_INTERVAL_MS)))
+        hook_replayed(brokers[-1])
+
+    with trio.move_on_at(deadline) as budget:
+        async with trio.open_nursery() as nursery:
+            started = trio.current_time()
+            for broker in brokers:
+                await nursery.start(broker.run)
+            running_bound = RUNNING_WAIT_BASE_S + RUNNING_WAIT_PER_BROKER_S * n
+            with trio.move_on_after(running_bound):
+                for broker in brokers:  # bounded by the scope; each waits on state changes
+                    await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            not_running = [b.config.node_id for b in brokers if b.lifecycle.state is not BrokerState.RUNNING]
+            if not_running:
+                result["note"] = f"{len(not_running)} of {n} brokers not RUNNING within {running_bound:g} s"
+                nursery.cancel_scope.cancel()
+                return result
+            result["start_s"] = trio.current_time() - started
+            # The standing load of N idle brokers (Fetch long polls, heartbeats), before any change.
+            pids = [os.getpid(), quorum.pid(leader)]
+            before = {pid: common.process_cpu_s(pid) for pid in pids}
+            await trio.sleep(IDLE_WINDOW_S)
+            idle = cpu_share(before, {pid: common.process_cpu_s(pid) for pid in pids}, IDLE_WINDOW_S)
+            result["idle_cpu"] = (idle[pids[0]], idle[pids[1]])
+            wrong = {b.config.node_id: b.advertised_ranges().get(DESCRIBE_CLUSTER) for b in brokers
+                     if b.advertised_ranges().get(DESCRIBE_CLUSTER, (0, 0))[1] != 0}
+            if wrong:
+                raise RuntimeError(f"before the upgrade: DescribeCluster not at max 0 on {wrong}")
+            async with await KafkaClient.connect(common.HOST, quorum.port(leader), "bench-brokers") as client:
+                for level in FANOUT_STEPS:
+                    result["steps"].append(await fanout_step(brokers, client, level, n))
+            nursery.cancel_scope.cancel()
+    if budget.cancelled_caught:
+        result["note"] = (f"cut by --budget-s after {len(result['steps'])} of {len(FANOUT_STEPS)} steps"
+                          + ("" if not math.isnan(result["start_s"]) else " (brokers not all RUNNING yet)"))
+    return result
+
+
+def hook_replayed(broker) -> None:
+    """Marks when the broker's image first shows each metadata.version: wraps the node's
+    commit callback before open() hands it to the replayer (instrumentation only)."""
+    broker.bench_replayed_at = {}
+    plain = broker._on_commit
+
+    def on_commit(records, base_offset: int) -> None:
+        level = broker.state.metadata_version
+        if level is not None and level not in broker.bench_replayed_at:
+            broker.bench_replayed_at[level] = trio.current_time()
+        plain(records, base_offset)
+
+    broker._on_commit = on_commit
+
+
+async def fanout_step(brokers, client, level: int, n: int) -> dict:
+    done_at: dict[int, float] = {}
+    describe_cluster: dict[int, tuple[int, int] | None] = {}
+    all_done = trio.Event()
+
+    async def watch(broker) -> None:
+        await broker.wait_renegotiated(level)
+        done_at[broker.config.node_id] = trio.current_time()
+        describe_cluster[broker.config.node_id] = broker.advertised_ranges().get(DESCRIBE_CLUSTER)
+        if len(done_at) == len(brokers):
+            all_done.set()
+
+    step: dict = {"level": level}
+    async with trio.open_nursery() as watchers:
+        for broker in brokers:
+            watchers.start_soon(watch, broker)
+        sent = trio.current_time()
+        reply = await client.call(UPDATE_FEATURES, {
+            "timeout_ms": 30_000, "validate_only": False,
+            "feature_updates": [{"feature": "metadata.version", "max_version_level": level,
+                                 "allow_downgrade": False, "upgrade_type": UPGRADE}]})
+        replied = trio.current_time()
+        errors = [(r.error_code, r.error_message) for r in reply.results or [] if r.error_code]
+        if reply.error_code or errors:
+            raise RuntimeError(f"UpdateFeatures to {LEVEL_NAMES[level]} failed: {reply.error_code} "
+                               f"{reply.error_message} {errors}")
+        with trio.move_on_after(RENEGOTIATE_WAIT_BASE_S + RENEGOTIATE_WAIT_PER_BROKER_S * n):
+            await all_done.wait()
+        watchers.cancel_scope.cancel()
+    step["commit_s"] = replied - sent
+    step["after_reply_s"] = sorted(t - replied for t in done_at.values())
+    step["replayed_after_reply_s"] = sorted(b.bench_replayed_at[level] - replied for b in brokers
+                                            if level in b.bench_replayed_at)
+    missed = [b for b in brokers if b.config.node_id not in done_at]
+    step["missed"] = [(b.config.node_id, level in b.bench_replayed_at, b.state.metadata_version,
+                       b.renegotiated_metadata_version, b.renegotiations) for b in missed]
+    step["renegotiated"] = len(done_at)
+    step["all_s"] = (max(done_at.values()) - replied) if len(done_at) == len(brokers) else float("nan")
+    step["describe_cluster_max"] = Counter(r[1] if r else None for r in describe_cluster.values())
+    return step
+
+
+def run_fanout(args) -> int:
+    counts = [int(x) for x in args.brokers.split(",") if x.strip()]
+    nofile = raise_open_files_limit()
+    budget_deadline_wall = time.monotonic() + args.budget_s
+    cells: dict[int, dict] = {}
+    skipped: list[int] = []
+    for n in counts:
+        remaining = budget_deadline_wall - time.monotonic()
+        if remaining <= 5:
+            skipped.append(n)
+            continue
+        work = common.work_dir(args.dir, f"bench_brokers_fanout_{n}_")
+        try:
+            with common.kraftwerk_quorum(work, VOTERS, FANOUT_FORMAT_MV) as (quorum, leader):
+                remaining = budget_deadline_wall - time.monotonic()
+
+                async def cell():
+                    return await fanout_cell(n, quorum, leader, trio.current_time() + remaining)
+
+                cells[n] = trio.run(cell)
+                cells[n]["leader"] = leader
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(f"N={n}: done ({time.monotonic() - (budget_deadline_wall - args.budget_s):.0f} s into the budget)",
+              file=sys.stderr)
+
+    print(f"$ {common.command_line()}")
+    print(f"Per N: a fresh {VOTERS}-voter quorum (real processes, fsync on, 127.0.0.1) formatted at "
+          f"{FANOUT_FORMAT_MV}; N BrokerNodes (release {RELEASE}, heartbeat {HEARTBEAT_INTERVAL_MS} ms, own "
+          f"directory and fsynced metadata log each) in this one trio process. After all N are RUNNING, "
+          f"UpdateFeatures (upgrade) to the leader steps metadata.version "
+          f"{' -> '.join(LEVEL_NAMES[x] for x in (11,) + FANOUT_STEPS)}; per step and broker: time from the "
+          f"committed reply's arrival to the broker's image showing the level (its commit callback) and to "
+          f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
+          f"{os.cpu_count()} CPUs shared by the brokers' process and the three controllers.\n")
+    rows = []
+    for n, cell in cells.items():
+        for step in cell["steps"]:
+            samples = step["after_reply_s"]
+            dc = ", ".join(f"{k}: {v}" for k, v in sorted(step["describe_cluster_max"].items(), key=str))
+            rows.append([n, LEVEL_NAMES[step["level"]], f"{step['renegotiated']}/{n}", ms(step["commit_s"]),
+                         ms(common.percentile(step["replayed_after_reply_s"], 0.5)),
+                         ms(max(step["replayed_after_reply_s"], default=float("nan"))),
+                         ms(common.percentile(samples, 0.5)), ms(common.percentile(samples, 0.99)),
+                         ms(max(samples) if samples else float("nan")), ms(step["all_s"]), dc])
+    for n, cell in cells.items():
+        for step in cell["steps"]:
+            if step["missed"]:
+                print(f"N={n}, {LEVEL_NAMES[step['level']]}: not renegotiated within the bound (broker id, image "
+                      f"reached the level, image level, last renegotiated level, renegotiations): "
+                      f"{step['missed'][:10]}\n")
+    print(common.markdown_table(["N", "to", "renegotiated", "commit ms (send -> reply)", "image at level: median ms",
+                                 "image at level: max ms", "renegotiated: median ms", "p99 ms", "max ms",
+                                 "all brokers ms", "DescribeCluster max: brokers"], rows))
+    print()
+    base = None
+    summary = []
+    for n, cell in cells.items():
+        pooled = [s for step in cell["steps"] for s in step["after_reply_s"]]
+        alls = [step["all_s"] for step in cell["steps"] if not math.isnan(step["all_s"])]
+        if not pooled:
+            summary.append([n, ms(cell["start_s"]), "-", 0, "-", "-", "-", "-", "-", "-", "-", cell["note"] or "-"])
+            continue
+        median, all_median = common.percentile(pooled, 0.5), common.percentile(alls, 0.5)
+        if base is None:
+            base = (median, all_median, n)
+        idle = cell.get("idle_cpu")
+        summary.append([n, ms(cell["start_s"]), f"{idle[0]:.0f} / {idle[1]:.0f}" if idle else "-", len(cell["steps"]), ms(median), ms(common.percentile(pooled, 0.99)),
+                        ms(max(pooled)), ms(all_median), f"{median / base[0]:.1f}", f"{all_median / base[1]:.1f}",
+                        f"{all_median * 1000 / n:.2f}", cell["note"] or "-"])
+    print(common.markdown_table(["N", "all RUNNING after ms", f"idle CPU % brokers' process / leader ({IDLE_WINDOW_S:g} s)",
+                                 "steps", "median ms", "p99 ms", "max ms",
+                                 "all brokers ms (median of steps)",
+                                 f"median / N={base[2] if base else '-'}", f"all / N={base[2] if base else '-'}",
+                                 "all ms per broker", "note"], summary))
+    if skipped:
+        print(f"\nNot run (budget of {args.budget_s:g} s spent): N = {', '.join(map(str, skipped))}.")
+    return 0
+
+
+# --------------------------------------------------------------------------
+# 2. registration storm
+# --------------------------------------------------------------------------
+
+class SimBroker:
+    __slots__ = ("broker_id", "incarnation_id", "directory_id", "epoch", "fenced", "ever_unfenced",
+                 "refenced", "registered_s", "registrations")
+
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.incarnation_id = uuid.uuid4()
+        self.directory_id = uuid.uuid4()
+        self.epoch = -1
+        self.fenced = True
+        self.ever_unfenced = False
+        self.refenced = 0  # unfenced -> fenced again (e.g. a session that expired)
+        self.registered_s: float | None = None
+        self.registrations = 0
+
+
+class Storm:
+    """The load generator's shared state: samples, error counts, phase marks."""
+
+    def __init__(self, n: int, features: list[dict], cluster_id: str) -> None:
+        self.brokers = [SimBroker(BROKER_ID_BASE + i) for i in range(n)]
+        self.features = features
+        self.cluster_id = cluster_id
+        self.registration_s: list[float] = []
+        self.heartbeats: list[tuple[float, float]] = []  # (sent, latency)
+        self.errors: Counter = Counter()
+        self.unfenced = 0
+        self.all_unfenced = trio.Event()
+        self.stop = False
+        self.finished = 0
+        self.all_finished = trio.Event()
+
+    def registration_body(self, sim: SimBroker) -> dict:
+        return {
+            "broker_id": sim.broker_id, "cluster_id": self.cluster_id, "incarnation_id": sim.incarnation_id,
+            "listeners": [{"name": "PLAINTEXT", "host": common.HOST, "port": 20_000 + sim.broker_id,
+                           "security_protocol": 0}],
+            "features": self.features, "rack": None, "is_migrating_zk_broker": False,
+            "log_dirs": [sim.directory_id], "previous_broker_epoch": -1,
+        }
+
+    def mark_fenced(self, sim: SimBroker, fenced: bool) -> None:
+        if sim.fenced and not fenced:
+            self.unfenced += 1
+            sim.ever_unfenced = True
+            if self.unfenced == len(self.brokers):
+                self.all_unfenced.set()
+        elif not sim.fenced and fenced:
+            self.unfenced -= 1
+            sim.refenced += 1
+        sim.fenced = fenced
+
+
+async def timed_request(storm: Storm, peer, api_key: int, body: dict, version: int):
+    """(response or None, latency s); failures are counted by name."""
+    from server.net.peer import PeerUnavailable
+
+    started = trio.current_time()
+    try:
+        response = await peer.request(api_key, body, REQUEST_TIMEOUT_S, version=version)
+    except trio.TooSlowError:
+        storm.errors[(api_key, "timeout")] += 1
+        return None, trio.current_time() - started
+    except PeerUnavailable as exc:
+        storm.errors[(api_key, f"unavailable: {exc}")] += 1
+        return None, trio.current_time() - started
+    elapsed = trio.current_time() - started
+    if response.error_code:
+        storm.errors[(api_key, code_name(response.error_code))] += 1
+    return response, elapsed
+
+
+async def sim_broker(storm: Storm, sim: SimBroker, peer, versions: dict[int, int], rng: random.Random) -> None:
+    try:
+        await trio.sleep(rng.uniform(0, REGISTRATION_SPREAD_S))
+        attempts = 0
+        while not storm.stop:
+            if sim.epoch < 0:
+                if attempts >= MAX_REGISTRATION_ATTEMPTS:
+                    return
+                attempts += 1
+                response, elapsed = await timed_request(storm, peer, BROKER_REGISTRATION,
+                                                        storm.registration_body(sim), versions[BROKER_REGISTRATION])
+                if response is not None and response.error_code == 0:
+                    sim.epoch = response.broker_epoch
+                    sim.registrations += 1
+                    if sim.registered_s is None:
+                        sim.registered_s = trio.current_time()
+                        storm.registration_s.append(elapsed)
+                else:
+                    await trio.sleep(rng.uniform(0.25, 0.75))  # jittered back-off, then register again
+                continue
+            sent = trio.current_time()
+            response, elapsed = await timed_request(storm, peer, BROKER_HEARTBEAT, {
+                "broker_id": sim.broker_id, "broker_epoch": sim.epoch,
+                "current_metadata_offset": HIGH_METADATA_OFFSET, "want_fence": False, "want_shut_down": False,
+                "offline_log_dirs": []}, versions[BROKER_HEARTBEAT])
+            if response is not None:
+                storm.heartbeats.append((sent, elapsed))
+                if response.error_code == ErrorCode.STALE_BROKER_EPOCH:
+                    storm.mark_fenced(sim, True)
+                    sim.epoch = -1
+                    continue
+                if response.error_code == 0:
+                    storm.mark_fenced(sim, bool(response.is_fenced))
+            delay_ms = FENCED_RETRY_MS if sim.fenced else HEARTBEAT_INTERVAL_MS
+            await trio.sleep(delay_ms / 1000)
+    finally:
+        storm.finished += 1
+        if storm.finished == len(storm.brokers):
+            storm.all_finished.set()
+
+
+async def storm_run(args, quorum: common.Quorum, leader: int) -> dict:
+    from server.net.peer import PeerAddress, PeerConnection
+    from server.releases import supported_features
+
+    features = [{"name": name, "min_supported_version": r.min_level, "max_supported_version": r.max_level}
+                for name, r in sorted(supported_features(RELEASE, False).items())]
+    storm = Storm(args.brokers, features, quorum.cluster_id)
+    pids = {node_id: quorum.pid(node_id) for node_id in quorum.specs}
+    own = os.getpid()
+    connections = max(1, math.ceil(args.brokers / BROKERS_PER_CONNECTION))
+    peers = [PeerConnection(PeerAddress(leader, common.HOST, quorum.port(leader)), f"bench-storm-{k}",
+                            random.Random(k), max_in_flight_requests=2 * BROKERS_PER_CONNECTION)
+             for k in range(connections)]
+    result: dict = {"connections": connections}
+    async with trio.open_nursery() as nursery:
+        for peer in peers:
+            await nursery.start(peer.run)
+        with trio.fail_after(10):
+            for peer in peers:
+                await peer.wait_connected()
+        versions = {key: peers[0].choose_version(key) for key in (BROKER_REGISTRATION, BROKER_HEARTBEAT)}
+        result["versions"] = versions
+        cpu0 = {pid: common.process_cpu_s(pid) for pid in list(pids.values()) + [own]}
+        t0 = trio.current_time()
+        rng = random.Random(1)
+        for index, sim in enumerate(storm.brokers):
+            nursery.start_soon(sim_broker, storm, sim, peers[index // BROKERS_PER_CONNECTION], versions,
+                               random.Random(rng.random()))
+        with trio.move_on_after(REGISTRATION_SPREAD_S + UNFENCE_WAIT_S):
+            await storm.all_unfenced.wait()
+        steady_start = trio.current_time()
+        cpu1 = {pid: common.process_cpu_s(pid) for pid in cpu0}
+        result["storm_s"] = steady_start - t0
+        result["unfenced_at_window_start"] = storm.unfenced
+        await trio.sleep(args.duration_s)
+        steady_end = trio.current_time()
+        cpu2 = {pid: common.process_cpu_s(pid) for pid in cpu0}
+        storm.stop = True
+        with trio.move_on_after(DRAIN_WAIT_S):  # each sim ends after its current request or sleep
+            await storm.all_finished.wait()
+        unfenced_listed = await describe_cluster_unfenced(quorum.port(leader))
+        nursery.cancel_scope.cancel()
+    window = steady_end - steady_start
+    result["cpu_storm"] = cpu_share(cpu0, cpu1, steady_start - t0)
+    result["cpu_steady"] = cpu_share(cpu1, cpu2, window)
+    result.update(storm=storm, window_s=window, pids=pids, own=own, unfenced_listed=unfenced_listed,
+                  steady=[lat for sent, lat in storm.heartbeats if steady_start <= sent < steady_end],
+                  storm_heartbeats=[lat for sent, lat in storm.heartbeats if sent < steady_start])
+    return result
+
+
+async def describe_cluster_unfenced(port: int) -> int | None:
+    """Brokers the leader lists in DescribeCluster (it lists only unfenced ones)."""
+    from server.client import ClientError, KafkaClient
+
+    try:
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            async with await KafkaClient.connect(common.HOST, port, "bench-storm-check") as client:
+                reply = await client.call(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+                                                             "endpoint_type": 1})
+    except (ClientError, trio.TooSlowError):
+        return None
+    return sum(1 for b in reply.brokers if b.broker_id >= BROKER_ID_BASE)
+
+
+def run_storm(args) -> int:
+    nofile = raise_open_files_limit()
+    work = common.work_dir(args.dir, "bench_brokers_storm_")
+    try:
+        with common.kraftwerk_quorum(work, VOTERS, STORM_FORMAT_MV) as (quorum, leader):
+            result = trio.run(storm_run, args, quorum, leader)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    storm: Storm = result["storm"]
+    n = len(storm.brokers)
+    print(f"$ {common.command_line()}")
+    print(f"{n} simulated brokers (release {RELEASE} feature ranges) against a {VOTERS}-voter quorum (real "
+          f"processes, fsync on, 127.0.0.1) formatted at {STORM_FORMAT_MV}, from this one trio process over "
+          f"{result['connections']} pipelined connections to the leader (controller {leader}). Each registers "
+          f"(BrokerRegistration v{result['versions'][BROKER_REGISTRATION]}, start jittered in the first "
+          f"{REGISTRATION_SPREAD_S:g} s), then heartbeats (BrokerHeartbeat v{result['versions'][BROKER_HEARTBEAT]}) "
+          f"{HEARTBEAT_INTERVAL_MS} ms after each answer ({FENCED_RETRY_MS} ms while fenced) with "
+          f"current_metadata_offset {HIGH_METADATA_OFFSET}. Storm phase: start until all are unfenced "
+          f"({result['storm_s']:.1f} s); steady window: the next {result['window_s']:.1f} s. RLIMIT_NOFILE "
+          f"{nofile}; {os.cpu_count()} CPUs shared by the load generator and the three controllers.\n")
+    steady, reg = result["steady"], storm.registration_s
+    rows = [
+        ["registration (first success per broker)", len(reg), ms(common.percentile(reg, 0.5)),
+         ms(common.percentile(reg, 0.99)), ms(max(reg) if reg else float("nan"))],
+        ["heartbeat, storm phase", len(result["storm_heartbeats"]),
+         ms(common.percentile(result["storm_heartbeats"], 0.5)),
+         ms(common.percentile(result["storm_heartbeats"], 0.99)),
+         ms(max(result["storm_heartbeats"]) if result["storm_heartbeats"] else float("nan"))],
+        ["heartbeat, steady window", len(steady), ms(common.percentile(steady, 0.5)),
+         ms(common.percentile(steady, 0.99)), ms(max(steady) if steady else float("nan"))],
+    ]
+    print(common.markdown_table(["request", "samples", "p50 ms", "p99 ms", "max ms"], rows))
+    print()
+    pids, own = result["pids"], result["own"]
+    cpu_rows = []
+    for node_id, pid in pids.items():
+        label = f"controller {node_id}" + (" (leader)" if node_id == leader else "")
+        cpu_rows.append([label, f"{result['cpu_storm'][pid]:.0f}", f"{result['cpu_steady'][pid]:.0f}"])
+    cpu_rows.append(["load generator (this process)", f"{result['cpu_storm'][own]:.0f}",
+                     f"{result['cpu_steady'][own]:.0f}"])
+    print(common.markdown_table(["process", "CPU % of one core, storm phase", "CPU % of one core, steady window"],
+                                cpu_rows))
+    print()
+    registered = sum(1 for s in storm.brokers if s.registered_s is not None)
+    ever = sum(1 for s in storm.brokers if s.ever_unfenced)
+    refenced = sum(s.refenced for s in storm.brokers)
+    reregistered = sum(max(0, s.registrations - 1) for s in storm.brokers)
+    rate = len(steady) / result["window_s"] if result["window_s"] else float("nan")
+    errors = ", ".join(f"{('BrokerRegistration' if k[0] == BROKER_REGISTRATION else 'BrokerHeartbeat')} "
+                       f"{k[1]}: {v}" for k, v in sorted(storm.errors.items(), key=str)) or "none"
+    print(common.markdown_table(["brokers", "registered", "ever unfenced", "unfenced at window start",
+                                 "unfenced at end (own view)", "unfenced listed by leader (DescribeCluster)",
+                                 "re-fenced", "re-registered", "heartbeats/s in window"],
+                                [[n, registered, ever, result["unfenced_at_window_start"], storm.unfenced,
+                                  result["unfenced_listed"] if result["unfenced_listed"] is not None else "no answer",
+                                  refenced, reregistered, f"{rate:,.0f}"]]))
+    print(f"\nErrors by API and code: {errors}.")
+    return 0
+
+
+# --------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="measure", required=True)
+    fan = sub.add_parser("fanout", help="metadata.version change -> every broker renegotiated")
+    fan.add_argument("--brokers", default="3,30,300", help="comma-separated broker counts")
+    fan.add_argument("--budget-s", type=float, default=300.0, help="no N starts (or continues) after this")
+    sto = sub.add_parser("storm", help="simulated brokers registering and heartbeating")
+    sto.add_argument("--brokers", type=int, default=1000)
+    sto.add_argument("--duration-s", type=float, default=30.0, help="steady window after all are unfenced")
+    for p in (fan, sto):
+        p.add_argument("--dir", default=None, help="parent of the temporary work directory (the disk measured)")
+    args = parser.parse_args(argv)
+    os.chdir(common.REPO)  # local_cluster runs `python -m server.cli` from the current directory
+    from server.observability import configure_logging
+    configure_logging("warning")
+    return {"fanout": run_fanout, "storm": run_storm}[args.measure](args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
