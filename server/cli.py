@@ -98,29 +98,39 @@ def cmd_broker(args) -> int:
     except StartupError as exc:
         raise CommandError(str(exc)) from None
 
+    async def controlled_shutdown() -> None:
+        # The controller fences the broker on purpose, then it stops.
+        await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+
+    return _serve_node(node, args.port_file, controlled_shutdown, BrokerFatalError)
+
+
+def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseException]) -> int:
+    """Runs `node` until SIGINT/SIGTERM (then `before_stop()`, bounded by its own
+    timeout) or until it ends by itself; a `fatal` error becomes a non-zero exit with
+    its message (KIP-778 stops)."""
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
                 await node.run(task_status=task_status)
-                nursery.cancel_scope.cancel()  # the lifecycle ended: a controlled shutdown
+                nursery.cancel_scope.cancel()  # the node ended by itself (a broker's shutdown)
 
             port = await nursery.start(serve)
-            if args.port_file:
-                Path(args.port_file).write_text(f"{port}\n")
+            if port_file:
+                Path(port_file).write_text(f"{port}\n")
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
-                    # Controlled shutdown: the controller fences us on purpose, then we stop.
-                    await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+                    await before_stop()
                     nursery.cancel_scope.cancel()
                     break
 
     try:
         trio.run(main)
     except BaseExceptionGroup as group:
-        fatal = group.subgroup(BrokerFatalError)
-        if fatal is None:
+        matched = group.subgroup(fatal)
+        if matched is None:
             raise
-        raise CommandError(str(_first_leaf(fatal))) from None
+        raise CommandError(str(_first_leaf(matched))) from None
     return EXIT_OK
 
 
@@ -136,32 +146,17 @@ def cmd_controller(args) -> int:
     except StartupError as exc:
         raise CommandError(str(exc)) from None
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            port = await nursery.start(node.run)
-            if args.port_file:
-                Path(args.port_file).write_text(f"{port}\n")
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so
-                    # the others elect a new leader at once instead of after a fetch timeout.
-                    with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
-                        await node.raft_driver.resign()
-                    nursery.cancel_scope.cancel()
-                    break
+    async def resign() -> None:
+        # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so the others
+        # elect a new leader at once instead of after a fetch timeout.
+        with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
+            await node.raft_driver.resign()
 
     from server.controller.loop import UnsupportedFinalizedLevelError
 
-    try:
-        trio.run(main)
-    except BaseExceptionGroup as group:
-        fatal = group.subgroup(UnsupportedFinalizedLevelError)
-        if fatal is None:
-            raise
-        # KIP-778: the quorum finalized a level this software cannot run; the loop
-        # already logged it and resigned leadership. Say so and exit non-zero.
-        raise CommandError(str(_first_leaf(fatal))) from None
-    return EXIT_OK
+    # KIP-778: the quorum finalized a level this software cannot run; the loop already
+    # logged it and resigned leadership: say so and exit non-zero.
+    return _serve_node(node, args.port_file, resign, UnsupportedFinalizedLevelError)
 
 
 # --------------------------------------------------------------------------
