@@ -77,10 +77,12 @@ class ServingNode:
         return body
 
     # -- snapshots ----------------------------------------------------------------
-    async def write_snapshot(self, state, end_offset: int, epoch: int, timestamp_ms: int, reason: str) -> None:
-        """Writes `state` (committed, covering everything below `end_offset`) as a snapshot
-        and makes it the quorum's latest: the driver then drops the log before it. Called
-        from the replay task, the only writer of the state, so it cannot change meanwhile."""
+    async def write_snapshot(self, state, end_offset: int, epoch: int, timestamp_ms: int, reason: str,
+                             compact: bool = True) -> None:
+        """Writes `state` (committed, covering everything below `end_offset`) as a snapshot;
+        with `compact` makes it the quorum's latest, and the driver drops the log before it.
+        Called from the replay task, the only writer of the state, so it cannot change
+        meanwhile."""
         if state.in_transaction or state.last_applied_offset < 0:
             return  # an open metadata transaction could still be aborted: not a snapshot point
         snapshot_id = await trio.to_thread.run_sync(
@@ -89,14 +91,17 @@ class ServingNode:
         log.info(Event.CONTROLLER_SNAPSHOT_TAKEN, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
                  epoch=snapshot_id.epoch, reason=reason,
                  metadata_version=str(find_metadata_version(mv) or mv) if mv is not None else None)
+        if not compact:
+            return
         try:
             await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
         except DriverStopped:
             pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
 
     async def snapshot_at_metadata_version_change(self, state, end_offset: int, epoch: int,
-                                                  timestamp_ms: int) -> None:
-        await self.write_snapshot(state, end_offset, epoch, timestamp_ms, "metadata_version_change")
+                                                  timestamp_ms: int, compact: bool) -> None:
+        await self.write_snapshot(state, end_offset, epoch, timestamp_ms,
+                                  "lossy_downgrade" if compact else "before_metadata_version_change", compact)
 
     # -- brokers ------------------------------------------------------------------
     def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:

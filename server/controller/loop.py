@@ -45,7 +45,12 @@ import trio
 
 from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record
 from server.controller.commands import ControllerResult
-from server.controller.features import METADATA_VERSION, NodeFeatures, unsupported_finalized_levels
+from server.controller.features import (
+    METADATA_VERSION,
+    NodeFeatures,
+    is_lossless_downgrade,
+    unsupported_finalized_levels,
+)
 from server.controller.snapshot import encode_snapshot_records, load_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
@@ -129,7 +134,7 @@ class ControllerLoop:
         group_commit: bool = True,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
         stop_on_unsupported_level: bool = True,
-        snapshot_at: Callable[[ControllerState, int, int, int], Awaitable[None]] | None = None,
+        snapshot_at: Callable[[ControllerState, int, int, int, bool], Awaitable[None]] | None = None,
     ) -> None:
         self.driver = driver
         self.state = state  # committed: what readers see (replaced when a snapshot is loaded)
@@ -138,8 +143,10 @@ class ControllerLoop:
         self.supported_features = supported_features
         # False for a broker's replayer: the broker decides (it may be waiting to register).
         self.stop_on_unsupported_level = stop_on_unsupported_level
-        # KIP-778: snapshot(state, end offset, epoch, timestamp) just before a
-        # metadata.version change, and just after a downgrade (the state at the new level).
+        # KIP-778: snapshot(state, end offset, epoch, timestamp, compact) just before a
+        # metadata.version change (a rollback point, the log kept), and just after a lossy
+        # downgrade (the state at the new level; the log before it goes, so that older
+        # software never reads records it cannot).
         self._snapshot_at = snapshot_at
         self.group_commit = group_commit
         self.max_batch_records = max_batch_records
@@ -208,12 +215,14 @@ class ControllerLoop:
                         # KIP-778: the state just before the metadata.version change. Snapshots
                         # end at batch boundaries (a batch commits atomically, so no committed
                         # state lies inside one, and a fetcher can continue right after it).
-                        await self._snapshot_at(self.state, item.base_offset, item.epoch, item.timestamp_ms)
+                        await self._snapshot_at(self.state, item.base_offset, item.epoch, item.timestamp_ms, False)
                     for index, record in enumerate(records):
                         self.state.replay(record, item.base_offset + index)
-                    if changes and self.state.metadata_version < before:
-                        # After a downgrade: the state at the new level, which older software reads.
-                        await self._snapshot_at(self.state, item.next_offset, item.epoch, item.timestamp_ms)
+                    after = self.state.metadata_version
+                    if changes and after < before and not is_lossless_downgrade(before, after):
+                        # After a lossy downgrade: the state at the new level, which older
+                        # software reads; records before it may be at versions it cannot.
+                        await self._snapshot_at(self.state, item.next_offset, item.epoch, item.timestamp_ms, True)
                     self.replayed_bytes += sum(len(value) for value in item.values)
                     if self.stop_on_unsupported_level:
                         await self._check_supported(records)

@@ -52,21 +52,18 @@ async def test_unsafe_downgrade_drops_log_dirs_everywhere_and_survives_restarts(
                 assert reply.error_code == ErrorCode.NONE
                 assert (f"broker 106: RegisterBrokerRecord.LogDirs (since 3.7-IV2) = {broker.directory_id}"
                         in reply.error_message)
-                change_offset = cluster.controller.state.finalized_features_epoch
                 await broker.wait_renegotiated(MV_3_6_IV2)
                 for image in (cluster.controller.state, broker.state):
                     assert image.metadata_version == MV_3_6_IV2
                     assert image.broker(106).log_dirs == ()
                     assert image.broker(106).endpoints  # only what 3.6-IV2 cannot hold is gone
-                # Snapshots: one just before the change, one at the new level right after it.
-                controller_dir = tmp_path / "controller-1"
-                ends = [s.end_offset for s in snapshots(controller_dir)]
-                assert change_offset + 1 in ends
-                after = [s for s in snapshots(controller_dir) if s.end_offset == change_offset + 1][0]
-                contents = snapshot_records(controller_dir, after)
-                loaded = load_snapshot(contents.records, after.end_offset, cluster.cluster_id)
-                assert loaded.metadata_version == MV_3_6_IV2 and loaded.broker(106).log_dirs == ()
-                assert change_offset + 1 in [s.end_offset for s in snapshots(tmp_path / "broker-106")]
+                # A snapshot at the new level right after the change, on the controller and
+                # the broker, and the log before it is gone: no 3.7 record is left to read.
+                for directory in (tmp_path / "controller-1", tmp_path / "broker-106"):
+                    loaded = latest_loaded(directory, cluster.cluster_id)
+                    assert loaded.metadata_version == MV_3_6_IV2 and loaded.broker(106).log_dirs == ()
+                assert cluster.controller.raft_driver.storage.start_offset == max(
+                    snapshots(tmp_path / "controller-1")).end_offset
                 await broker.shutdown(10)
             cluster.nursery.cancel_scope.cancel()
         state = await restarted_controller_state(cluster)
@@ -84,9 +81,11 @@ async def test_lossless_downgrade_keeps_every_record_across_a_restart(tmp_path):
                 reply = await cluster.update_metadata_version(MV_3_7_IV2, SAFE)
                 assert (reply.error_code, reply.error_message) == (ErrorCode.NONE, None)
                 assert cluster.controller.state.broker(107) == before
-                # The downgrade's snapshot holds the state at the new level, nothing dropped.
+                # The snapshot just before the change is the rollback point; a lossless
+                # change keeps the whole log (older software reads every record in it).
                 latest = latest_loaded(tmp_path / "controller-1", cluster.cluster_id)
-                assert latest.metadata_version == MV_3_7_IV2 and latest.broker(107) == before
+                assert latest.metadata_version == MV_3_7_IV4 and latest.broker(107) == before
+                assert cluster.controller.raft_driver.storage.start_offset == 0
                 await broker.wait_renegotiated(MV_3_7_IV2)
                 assert broker.state.broker(107).log_dirs == before.log_dirs
                 # An upgrade snapshots the state just before it: the rollback point.
