@@ -483,6 +483,7 @@ def _wait_for_interrupt(processes) -> None:
 
 
 def cmd_cluster_up(args) -> int:
+    from server.local_cluster import LocalClusterError
     from server.upgrade_story import LocalCluster, StoryError
 
     if not 1 <= args.controllers <= 9:
@@ -520,20 +521,15 @@ def cmd_cluster_up(args) -> int:
         if not args.exit:
             _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
-    except (lc_errors() + (StoryError,)) as exc:
+    except (LocalClusterError, StoryError) as exc:
         raise CommandError(str(exc)) from None
     finally:
         cluster.stop_all()
 
 
-def lc_errors() -> tuple[type[Exception], ...]:
-    from server import local_cluster as lc
-
-    return (lc.LocalClusterError,)
-
-
 def cmd_demo_upgrade(args) -> int:
     """`kraftwerk cluster demo-upgrade`: the KIP-778 story on 3 controllers and 3 brokers."""
+    from server.local_cluster import LocalClusterError
     from server.upgrade_story import StoryError, UpgradeStory
 
     story = UpgradeStory(Path(args.dir).resolve(), say=lambda text: print(text, flush=True),
@@ -545,7 +541,7 @@ def cmd_demo_upgrade(args) -> int:
         if not args.exit:
             _wait_for_interrupt(list(story.cluster.processes.values()))
         return EXIT_OK
-    except (lc_errors() + (StoryError,)) as exc:
+    except (LocalClusterError, StoryError) as exc:
         raise CommandError(f"{exc} (logs in {args.dir})") from None
     finally:
         story.cluster.stop_all()
@@ -647,6 +643,25 @@ def cmd_demo(args) -> int:
 
 
 # --------------------------------------------------------------------------
+# pipeline (issue 5; needs the spark extra: pip install kraftwerk[spark])
+# --------------------------------------------------------------------------
+
+def cmd_pipeline(args) -> int:
+    try:
+        if args.pipeline_command == "fake-fleet":
+            from pipeline.fake_fleet import fake_fleet_command
+
+            fake_fleet_command(args.clusters, args.records, Path(args.out), args.seed,
+                               lambda line: print(line, flush=True))
+            return EXIT_OK
+        from pipeline.jobs import run_command
+    except ImportError as exc:
+        raise CommandError(f"the pipeline needs PySpark: pip install 'kraftwerk[spark]' ({exc})") from None
+    run_command(Path(args.fleet), Path(args.out), args.master)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
 # parser
 # --------------------------------------------------------------------------
 
@@ -740,6 +755,19 @@ def build_parser() -> argparse.ArgumentParser:
     story.add_argument("--broker-base-port", type=int, default=9192)
     story.add_argument("--exit", action="store_true", help="stop the cluster after the story")
     story.set_defaults(func=cmd_demo_upgrade)
+
+    pipeline = sub.add_parser("pipeline", help="the PySpark pipeline over a fleet's metadata logs")
+    pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True)
+    run = pipeline_sub.add_parser("run", help="audit, readiness and broker timeline of a fleet: Parquet + report")
+    run.add_argument("--fleet", required=True, help="a directory of <cluster>/<node>/ metadata log directories")
+    run.add_argument("--out", required=True, help="where the Parquet tables and report.html go")
+    run.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://host:7077, yarn, k8s://...)")
+    fake = pipeline_sub.add_parser("fake-fleet", help="write a realistic fleet by driving the real controller code")
+    fake.add_argument("--clusters", type=int, default=10)
+    fake.add_argument("--records", type=int, default=10_000, help="records per cluster")
+    fake.add_argument("--out", required=True)
+    fake.add_argument("--seed", type=int, default=1)
+    pipeline.set_defaults(func=cmd_pipeline)
 
     demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
     demo.add_argument("--dir", default="var/demo")

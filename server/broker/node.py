@@ -32,6 +32,7 @@ from pathlib import Path
 import trio
 
 from protocol.errors import ErrorCode
+from protocol.registry import API_MESSAGES
 from server.apis import broker_apis
 from server.broker.lifecycle import BrokerLifecycle, BrokerState
 from server.config import ServerConfig
@@ -40,7 +41,7 @@ from server.controller.loop import ControllerLoop
 from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
-from server.gating import GATES, max_allowed_version
+from server.gating import GATES
 from server.net.listener import ConnectionRegistry, serve_listener
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.node import METADATA_LOG_DIR_NAME, StartupError
@@ -266,13 +267,7 @@ class BrokerNode(ServingNode):
 
     def software_range(self, api_key: int) -> tuple[int, int]:
         """The versions of a broker-to-controller API this software speaks."""
-        from protocol.registry import API_MESSAGES
-
         return API_MESSAGES[api_key][0].version_range
-
-    def gated_client_version(self, api_key: int) -> int | None:
-        lo, hi = self.software_range(api_key)
-        return max_allowed_version(api_key, lo, hi, self.state.metadata_version)
 
     # -- views for handlers -------------------------------------------------------------
     def own_endpoint(self) -> Endpoint:
