@@ -14,6 +14,8 @@ Rules kept here:
 - `--release` decides the supported feature ranges (server/releases.py); the
   ApiVersions a broker advertises are its served table gated by the finalized
   metadata.version (server/gating.py), like a controller's.
+- Clients are served once the broker's image has caught up with the leader's
+  high watermark (bounded wait), so they never see a stale or ungated view.
 - Clients may bootstrap from a broker: Metadata and DescribeCluster list the
   unfenced brokers (and this one), name this broker as the controller (as
   Kafka's brokers name a broker, KIP-590) and UpdateFeatures/DescribeQuorum
@@ -163,16 +165,19 @@ class BrokerNode(ServingNode):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                for peer in self._controller_peers.values():
+                    await nursery.start(peer.run)
+                await nursery.start(self.raft_driver.run)
+                await nursery.start(self.replayer.run)
+                # Clients are served once the image is current (bounded): before that the
+                # broker could only tell them stale features and ungated API versions.
+                await self.wait_metadata_known()
                 dispatcher = Dispatcher(self, self.served_apis)
                 listeners = await nursery.start(
                     lambda task_status: serve_listener(dispatcher, self.config.listener.host,
                                                        self.config.listener.port, registry=self.connections,
                                                        task_status=task_status))
                 self.port = listeners[0].socket.getsockname()[1]
-                for peer in self._controller_peers.values():
-                    await nursery.start(peer.run)
-                await nursery.start(self.raft_driver.run)
-                await nursery.start(self.replayer.run)
                 log.info(Event.BROKER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
                          port=self.port, cluster_id=self.cluster_id, release=self.config.release or "kraftwerk",
                          supported_metadata_version=str(self.supported_node_features[METADATA_VERSION]))
