@@ -1,0 +1,544 @@
+"""Reading a fleet's KRaft metadata logs and snapshots into rows, without Spark.
+
+Owns: finding the files of a fleet (`fleet_files`, `fleet_nodes`), and turning
+one segment or snapshot file into rows of `pipeline.schema.RECORD_FIELDS`
+(`read_file`); `read_fleet` chains them for the plain-Python baseline. The
+Spark data source (pipeline/datasource.py) runs `read_file` once per partition.
+
+Fleet layout: `<fleet>/<cluster>/<node>/` where `<node>` is a node's
+metadata.log.dir (`meta.properties`, optional `node.properties`, and
+`__cluster_metadata-0/` with `*.log` segments and `*.checkpoint` snapshots).
+The root may also be one cluster directory or one node directory; the `file`
+column is always relative to the (implied) fleet root, so it reads
+`<cluster>/<node>/__cluster_metadata-0/<name>` whichever level was given.
+
+Rules kept here:
+- Read-only and lock-free: files are read directly with the record-batch codec,
+  never through `MetadataLog.open`, which takes the log's lock and truncates a
+  torn tail. A reader of a live or damaged node must change nothing.
+- Bad bytes never raise. A batch that does not verify (CRC, truncation, bad
+  header) becomes ONE row with `error` set, and reading goes on at the next
+  batch when its position can be found: skip by the batch's own length when
+  that lands on a batch that verifies (or on the end of the file), else scan
+  forward for the next position where a batch verifies. A record that does not
+  decode inside a verified batch becomes one error row in place of that
+  record; the batch's other records still give rows. A file that cannot be
+  read at all gives one error row.
+- Physical contents: every batch in a segment is read, including records below
+  the log start offset that a snapshot has already covered (Kafka deletes whole
+  segments only). Deduplicating snapshot and log rows is the transforms' job.
+- Bounded: a file is read whole (segments are ~1 MiB, snapshots small) up to
+  `MAX_FILE_BYTES`; the resynchronising scan visits each byte of a file at most
+  once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import DecodeError
+from protocol.raft_records import (
+    KRAFT_VERSION_RECORD,
+    LEADER_CHANGE_MESSAGE,
+    SNAPSHOT_FOOTER_RECORD,
+    SNAPSHOT_HEADER_RECORD,
+    VOTERS_RECORD,
+)
+from protocol.record_batch import (
+    DEFAULT_MAX_BATCH_BYTES,
+    HEADER_BYTES,
+    MAGIC,
+    MAGIC_OFFSET,
+    ControlRecordType,
+    Record,
+    RecordBatch,
+    control_record_type,
+    decode_batch,
+    peek_batch_length,
+)
+from protocol.records import decode_metadata_record
+from protocol.schema import Field, Message, Versions
+from server.controller.snapshot import REPLAY_OFFSET_HEADER
+from server.storage.meta_properties import (
+    MAX_META_PROPERTIES_BYTES,
+    MetaPropertiesError,
+    parse_properties,
+    read_meta_properties,
+    uuid_to_string,
+)
+from server.storage.snapshot import parse_snapshot_file_name
+
+METADATA_DIR_NAME = "__cluster_metadata-0"
+META_PROPERTIES_NAME = "meta.properties"
+NODE_PROPERTIES_NAME = "node.properties"
+SOURCE_LOG = "log"
+SOURCE_SNAPSHOT = "snapshot"
+_SEGMENT_SUFFIX = ".log"
+_SNAPSHOT_SUFFIX = ".checkpoint"
+
+# Far above any segment (1 MiB by default) or controller snapshot; a file
+# beyond this is not something a metadata log writes, and reading it whole
+# would put the worker's memory at risk.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+# The names operators know control records by (Kafka's ControlRecordType,
+# in the message specs' spelling).
+CONTROL_TYPE_NAMES = {
+    ControlRecordType.ABORT: "Abort",
+    ControlRecordType.COMMIT: "Commit",
+    ControlRecordType.LEADER_CHANGE: "LeaderChange",
+    ControlRecordType.SNAPSHOT_HEADER: "SnapshotHeader",
+    ControlRecordType.SNAPSHOT_FOOTER: "SnapshotFooter",
+    ControlRecordType.KRAFT_VERSION: "KRaftVersion",
+    ControlRecordType.VOTERS: "Voters",
+}
+_CONTROL_MESSAGES = {
+    ControlRecordType.LEADER_CHANGE: LEADER_CHANGE_MESSAGE,
+    ControlRecordType.SNAPSHOT_HEADER: SNAPSHOT_HEADER_RECORD,
+    ControlRecordType.SNAPSHOT_FOOTER: SNAPSHOT_FOOTER_RECORD,
+    ControlRecordType.KRAFT_VERSION: KRAFT_VERSION_RECORD,
+    ControlRecordType.VOTERS: VOTERS_RECORD,
+}
+# BrokerRegistrationChangeRecord's tagged int8 fields (Kafka's
+# BrokerRegistrationFencingChange / BrokerRegistrationInControlledShutdownChange).
+_FENCING_CHANGE = {1: True, -1: False, 0: None}
+_SHUTDOWN_CHANGE = {1: True, 0: None}
+_METADATA_VERSION_FEATURE = "metadata.version"
+_REPLAY_OFFSET = struct.Struct(">q")
+_INT16 = struct.Struct(">h")
+_BATCH_PREFIX = struct.Struct(">qii")  # baseOffset, length, partitionLeaderEpoch
+
+
+@dataclass(frozen=True, slots=True)
+class FleetFile:
+    """One segment or snapshot file of one node, and where it sits in the fleet."""
+
+    cluster: str
+    cluster_id: str | None
+    node_id: int  # -1 when the node has no readable meta.properties
+    source: str  # SOURCE_LOG or SOURCE_SNAPSHOT
+    path: str  # absolute
+    relative_path: str  # relative to the fleet root, '/'-separated
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    cluster: str
+    cluster_id: str | None
+    node_id: int
+    role: str | None  # "controller", "broker", or None when node.properties does not say
+    release: str | None  # node.properties `kraftwerk.release`
+    path: str  # the node's metadata.log.dir, absolute
+
+
+# --------------------------------------------------------------------------
+# Finding the files
+# --------------------------------------------------------------------------
+
+
+def _is_node_dir(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, META_PROPERTIES_NAME)) or os.path.isdir(
+        os.path.join(path, METADATA_DIR_NAME)
+    )
+
+
+def _subdirectories(path: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [os.path.join(path, name) for name in names if not name.startswith(".") and os.path.isdir(os.path.join(path, name))]
+
+
+def _node_dirs(root: str | os.PathLike[str]) -> tuple[str, list[tuple[str, str]]]:
+    """The implied fleet root and the (cluster name, node dir) pairs under `root`."""
+    root = os.path.abspath(os.fspath(root))
+    if _is_node_dir(root):
+        cluster_dir = os.path.dirname(root)
+        return os.path.dirname(cluster_dir), [(os.path.basename(cluster_dir), root)]
+    children = _subdirectories(root)
+    if any(_is_node_dir(child) for child in children):
+        name = os.path.basename(root)
+        return os.path.dirname(root), [(name, child) for child in children if _is_node_dir(child)]
+    pairs = []
+    for cluster_dir in children:
+        name = os.path.basename(cluster_dir)
+        pairs.extend((name, node) for node in _subdirectories(cluster_dir) if _is_node_dir(node))
+    return root, pairs
+
+
+def _identity(node_dir: str) -> tuple[str | None, int]:
+    # A damaged meta.properties must not stop the scan: the node's rows then
+    # carry no cluster id and node id -1, and its log is still read.
+    try:
+        meta = read_meta_properties(node_dir)
+    except (OSError, MetaPropertiesError, UnicodeDecodeError):
+        return None, -1
+    if meta is None:
+        return None, -1
+    return meta.cluster_id, meta.node_id
+
+
+def fleet_files(root: str | os.PathLike[str]) -> list[FleetFile]:
+    """Every segment and snapshot file under `root`, sorted by relative path."""
+    fleet_root, pairs = _node_dirs(root)
+    files: list[FleetFile] = []
+    for cluster, node_dir in pairs:
+        metadata_dir = os.path.join(node_dir, METADATA_DIR_NAME)
+        try:
+            names = os.listdir(metadata_dir)
+        except OSError:
+            continue
+        cluster_id, node_id = _identity(node_dir)
+        for name in names:
+            if name.endswith(_SEGMENT_SUFFIX) and name[: -len(_SEGMENT_SUFFIX)].isdigit():
+                source = SOURCE_LOG
+            elif name.endswith(_SNAPSHOT_SUFFIX) and parse_snapshot_file_name(name) is not None:
+                source = SOURCE_SNAPSHOT
+            else:
+                continue  # .lock, log-start-offset, quorum-state, .part leftovers
+            path = os.path.join(metadata_dir, name)
+            if not os.path.isfile(path):
+                continue
+            relative = os.path.relpath(path, fleet_root).replace(os.sep, "/")
+            files.append(FleetFile(cluster, cluster_id, node_id, source, path, relative))
+    files.sort(key=lambda item: item.relative_path)
+    return files
+
+
+def _read_node_properties(node_dir: str) -> dict[str, str]:
+    path = os.path.join(node_dir, NODE_PROPERTIES_NAME)
+    try:
+        with open(path, "rb") as file:
+            raw = file.read(MAX_META_PROPERTIES_BYTES + 1)
+    except OSError:
+        return {}
+    if len(raw) > MAX_META_PROPERTIES_BYTES:
+        return {}
+    try:
+        return parse_properties(raw.decode("latin-1"))
+    except MetaPropertiesError:
+        return {}
+
+
+def _role(process_roles: str | None) -> str | None:
+    if process_roles is None:
+        return None
+    roles = {part.strip() for part in process_roles.split(",") if part.strip()}
+    # A combined node runs a controller and keeps a voter's metadata log, so
+    # for this pipeline it counts as a controller.
+    if "controller" in roles:
+        return "controller"
+    if roles == {"broker"}:
+        return "broker"
+    return None
+
+
+def fleet_nodes(root: str | os.PathLike[str]) -> list[FleetNode]:
+    """Every node directory under `root`, sorted by (cluster, directory)."""
+    _, pairs = _node_dirs(root)
+    nodes = []
+    for cluster, node_dir in sorted(pairs):
+        cluster_id, node_id = _identity(node_dir)
+        properties = _read_node_properties(node_dir)
+        release = properties.get("kraftwerk.release")
+        nodes.append(
+            FleetNode(cluster, cluster_id, node_id, _role(properties.get("process.roles")), release or None, node_dir)
+        )
+    return nodes
+
+
+# --------------------------------------------------------------------------
+# Rows
+# --------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items() if not str(key).startswith("_")}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, uuid.UUID):
+        return uuid_to_string(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
+
+
+def _versioned(message: Message, fields: tuple[Field, ...], version: int, data: Any) -> dict[str, Any]:
+    # The decoder fills fields a version does not have with defaults; leaving
+    # them out keeps "v0 says nothing about X" apart from "X is false".
+    out: dict[str, Any] = {}
+    for f in fields:
+        if version not in Versions.parse(f.versions) or f.attr not in data:
+            continue
+        value = data[f.attr]
+        if f.is_struct and value is not None:
+            inner = message.struct_fields(f.element_type, f)
+            if f.is_array:
+                value = [_versioned(message, inner, version, item) for item in value]
+            else:
+                value = _versioned(message, inner, version, value)
+        out[f.attr] = _jsonable(value)
+    return out
+
+
+def fields_json(message: Message, version: int, data: Any) -> str:
+    """A decoded record's fields as compact JSON in declaration order: only the
+    fields `version` has, uuids in Kafka's base64url text form, bytes as base64,
+    private keys (`_unknown_tagged_fields`) dropped."""
+    return json.dumps(_versioned(message, message.fields, version, data), separators=(",", ":"), ensure_ascii=False)
+
+
+def _uuid_text(value: Any) -> str | None:
+    return uuid_to_string(value) if isinstance(value, uuid.UUID) else None
+
+
+def _feature(name: str, data: Any) -> tuple | None:
+    if name != "FeatureLevelRecord":
+        return None
+    return (data.get("name"), data.get("feature_level"))
+
+
+def _broker(name: str, version: int, data: Any) -> tuple | None:
+    """The `broker` struct: broker_id, broker_epoch, incarnation_id, fenced,
+    in_controlled_shutdown, rack, mv_min, mv_max, log_dirs."""
+    if name == "RegisterBrokerRecord":
+        mv_min = mv_max = None
+        for feature in data.get("features") or ():
+            if feature.get("name") == _METADATA_VERSION_FEATURE:
+                mv_min = feature.get("min_supported_version")
+                mv_max = feature.get("max_supported_version")
+        # Fields a version does not carry are "not said", not false/empty.
+        shutdown = bool(data.get("in_controlled_shutdown")) if version >= 1 else None
+        log_dirs = [uuid_to_string(d) for d in data.get("log_dirs") or ()] if version >= 3 else None
+        return (
+            data.get("broker_id"),
+            data.get("broker_epoch"),
+            _uuid_text(data.get("incarnation_id")),
+            bool(data.get("fenced")),
+            shutdown,
+            data.get("rack"),
+            mv_min,
+            mv_max,
+            log_dirs,
+        )
+    if name == "BrokerRegistrationChangeRecord":
+        log_dirs = [uuid_to_string(d) for d in data.get("log_dirs") or ()]
+        return (
+            data.get("broker_id"),
+            data.get("broker_epoch"),
+            None,
+            _FENCING_CHANGE.get(data.get("fenced")),
+            _SHUTDOWN_CHANGE.get(data.get("in_controlled_shutdown")),
+            None,
+            None,
+            None,
+            log_dirs or None,  # an empty list means "unchanged"
+        )
+    if name in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
+        fenced = name == "FenceBrokerRecord"
+        return (data.get("id"), data.get("epoch"), None, fenced, None, None, None, None, None)
+    if name == "UnregisterBrokerRecord":
+        return (data.get("broker_id"), data.get("broker_epoch"), None, None, None, None, None, None, None)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _FileContext:
+    """What every row of one file shares, and how its offsets are read."""
+
+    cluster: str
+    cluster_id: str | None
+    node_id: int
+    source: str
+    file: str
+    # For snapshots: the offset a record without a replay-offset header gets.
+    snapshot_last_offset: int | None
+
+    def row(
+        self,
+        offset: int,
+        leader_epoch: int | None,
+        timestamp_ms: int | None,
+        record_type: str | None,
+        record_version: int | None,
+        feature: tuple | None,
+        broker: tuple | None,
+        json_text: str | None,
+        error: str | None,
+    ) -> tuple:
+        return (
+            self.cluster, self.cluster_id, self.node_id, self.source, self.file, offset, leader_epoch,
+            timestamp_ms, record_type, record_version, feature, broker, json_text, error,
+        )
+
+    def error_row(self, offset: int, leader_epoch: int | None, error: str) -> tuple:
+        return self.row(offset, leader_epoch, None, None, None, None, None, None, error)
+
+    def record_offset(self, record: Record) -> int:
+        if self.snapshot_last_offset is None:
+            return record.offset
+        for key, value in record.headers:
+            if key == REPLAY_OFFSET_HEADER and value is not None and len(value) == _REPLAY_OFFSET.size:
+                return _REPLAY_OFFSET.unpack(value)[0]
+        return self.snapshot_last_offset
+
+
+def _context(f: FleetFile) -> _FileContext:
+    last_offset = None
+    if f.source == SOURCE_SNAPSHOT:
+        snapshot_id = parse_snapshot_file_name(os.path.basename(f.path))
+        last_offset = snapshot_id.end_offset - 1 if snapshot_id is not None else -1
+    return _FileContext(f.cluster, f.cluster_id, f.node_id, f.source, f.relative_path, last_offset)
+
+
+def _control_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tuple:
+    offset = ctx.record_offset(record)
+    try:
+        control_type = control_record_type(record)
+    except DecodeError as exc:
+        return ctx.error_row(offset, batch.leader_epoch, f"undecodable control record at offset {offset}: {exc}")
+    name = CONTROL_TYPE_NAMES.get(control_type, f"ControlType{control_type}")
+    message = _CONTROL_MESSAGES.get(control_type)
+    json_text = None
+    if message is not None:
+        value = record.value or b""
+        # Each control record starts with its own int16 Version field, which
+        # is also the version it is encoded at.
+        version = _INT16.unpack_from(value, 0)[0] if len(value) >= _INT16.size else 0
+        if version not in message.versions:
+            version = 0
+        try:
+            json_text = fields_json(message, version, message.decode(version, value))
+        except DecodeError as exc:
+            return ctx.error_row(offset, batch.leader_epoch, f"undecodable {name} control record at offset {offset}: {exc}")
+    return ctx.row(offset, batch.leader_epoch, batch.max_timestamp_ms, name, None, None, None, json_text, None)
+
+
+def _metadata_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tuple:
+    offset = ctx.record_offset(record)
+    if record.value is None:
+        return ctx.error_row(offset, batch.leader_epoch, f"undecodable record at offset {offset}: null value")
+    try:
+        decoded = decode_metadata_record(record.value)
+    except DecodeError as exc:
+        return ctx.error_row(offset, batch.leader_epoch, f"undecodable record at offset {offset}: {exc}")
+    name = decoded.name
+    data = decoded.data
+    return ctx.row(
+        offset,
+        batch.leader_epoch,
+        batch.max_timestamp_ms,
+        name,
+        decoded.version,
+        _feature(name, data),
+        _broker(name, decoded.version, data),
+        fields_json(decoded.message, decoded.version, data),
+        None,
+    )
+
+
+def _verifies_at(data: bytes, position: int) -> bool:
+    if position == len(data):
+        return True
+    try:
+        decode_batch(data, position, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES)
+    except DecodeError:
+        return False
+    return True
+
+
+def _resync(data: bytes, bad_position: int, claimed_size: int | None) -> int | None:
+    """Where reading continues after the bad batch at `bad_position`, or None."""
+    if claimed_size is not None and bad_position + claimed_size <= len(data):
+        if _verifies_at(data, bad_position + claimed_size):
+            return bad_position + claimed_size
+    # The length itself may be what is damaged: look for the next position a
+    # batch verifies at. The magic byte filters out almost every position
+    # before the CRC is computed; bounded by the file's length.
+    last_start = len(data) - HEADER_BYTES
+    for position in range(bad_position + 1, last_start + 1):
+        if data[position + MAGIC_OFFSET] == MAGIC and _verifies_at(data, position):
+            return position
+    return None
+
+
+def _bad_batch_row(ctx: _FileContext, data: bytes, position: int, exc: DecodeError) -> tuple[tuple, int | None]:
+    """The error row of a batch that did not verify, and its claimed size (None if unknown)."""
+    try:
+        claimed = peek_batch_length(data, position, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES)
+    except DecodeError:
+        claimed = None
+    available = len(data) - position
+    message = str(exc)
+    if claimed is None:
+        reason = "unreadable batch header" if available >= 12 else "truncated batch"
+    elif available < claimed or available < HEADER_BYTES:
+        reason = "truncated batch"
+    elif "CRC mismatch" in message:
+        reason = "crc mismatch"
+    else:
+        reason = "bad batch"
+    offset = -1
+    leader_epoch = None
+    # baseOffset and the epoch lie outside the CRC, so they are as trustworthy
+    # in a bad batch as in a good one; a snapshot's in-file offsets are not log
+    # offsets, so its error rows keep -1.
+    if available >= _BATCH_PREFIX.size and claimed is not None:
+        base_offset, _length, epoch = _BATCH_PREFIX.unpack_from(data, position)
+        leader_epoch = epoch
+        if ctx.snapshot_last_offset is None:
+            offset = base_offset
+    row = ctx.error_row(offset, leader_epoch, f"{reason} at byte {position}: {message}")
+    return row, claimed
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as file:
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise OSError(f"larger than {MAX_FILE_BYTES} bytes")
+    return data
+
+
+def read_file(f: FleetFile) -> Iterator[tuple]:
+    """The rows of one segment or snapshot file (see the module docstring)."""
+    ctx = _context(f)
+    try:
+        data = _read_bytes(f.path)
+    except OSError as exc:
+        yield ctx.error_row(-1, None, f"cannot read file: {exc}")
+        return
+    position = 0
+    # Bounded: every round moves `position` forward by at least one byte or ends.
+    while position < len(data):
+        try:
+            batch, next_position = decode_batch(data, position, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES)
+        except DecodeError as exc:
+            row, claimed = _bad_batch_row(ctx, data, position, exc)
+            yield row
+            resumed = _resync(data, position, claimed)
+            if resumed is None:
+                return
+            position = resumed
+            continue
+        for record in batch.records:
+            if batch.is_control:
+                yield _control_row(ctx, batch, record)
+            else:
+                yield _metadata_row(ctx, batch, record)
+        position = next_position
+
+
+def read_fleet(root: str | os.PathLike[str]) -> Iterator[tuple]:
+    """Every row of every file under `root`, in `fleet_files` order."""
+    for f in fleet_files(root):
+        yield from read_file(f)
