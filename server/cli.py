@@ -764,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default="local[*]", help="Spark master (local[*], spark://host:7077, yarn, k8s://...)")
     fake = pipeline_sub.add_parser("fake-fleet", help="write a realistic fleet by driving the real controller code")
     fake.add_argument("--clusters", type=int, default=10)
-    fake.add_argument("--records", type=int, default=10_000, help="records per cluster")
+    fake.add_argument("--records", type=int, default=100_000, help="records in the whole fleet, split over the clusters")
     fake.add_argument("--out", required=True)
     fake.add_argument("--seed", type=int, default=1)
     pipeline.set_defaults(func=cmd_pipeline)
