@@ -509,6 +509,11 @@ def _read_bytes(path: str) -> bytes:
     return data
 
 
+def _segment_base_offset(f: FleetFile) -> int | None:
+    stem = os.path.basename(f.path).split(".")[0]
+    return int(stem) if stem.isdigit() else None
+
+
 def read_file(f: FleetFile) -> Iterator[tuple]:
     """The rows of one segment or snapshot file (see the module docstring)."""
     ctx = _context(f)
@@ -518,6 +523,12 @@ def read_file(f: FleetFile) -> Iterator[tuple]:
         yield ctx.error_row(-1, None, f"cannot read file: {exc}")
         return
     position = 0
+    # A segment is named after its first offset and its batches follow each other
+    # without gaps, in non-decreasing epochs. The base offset and the epoch lie outside
+    # the batch CRC, so that continuity is what catches a damaged one.
+    is_log = ctx.snapshot_last_offset is None
+    expected_offset = _segment_base_offset(f) if is_log else None
+    last_epoch = -1
     # Bounded: every round moves `position` forward by at least one byte or ends.
     while position < len(data):
         try:
@@ -529,7 +540,19 @@ def read_file(f: FleetFile) -> Iterator[tuple]:
             if resumed is None:
                 return
             position = resumed
+            expected_offset = None  # the bad batch's extent is unknown: trust the next one
             continue
+        if expected_offset is not None and (batch.base_offset != expected_offset or batch.leader_epoch < last_epoch):
+            yield ctx.error_row(expected_offset, None,
+                                f"batch header damaged at byte {position}: base offset {batch.base_offset} "
+                                f"(expected {expected_offset}), leader epoch {batch.leader_epoch} (previous "
+                                f"{last_epoch})")
+            expected_offset += len(batch.records)
+            position = next_position
+            continue
+        if is_log:
+            expected_offset = batch.base_offset + len(batch.records)
+            last_epoch = batch.leader_epoch
         for record in batch.records:
             if batch.is_control:
                 yield _control_row(ctx, batch, record)

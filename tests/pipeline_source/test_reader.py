@@ -321,3 +321,27 @@ def test_control_batches_of_every_kraft_type_are_named(tmp_path, build):
     (row,) = read_file(log_file(tmp_path))
     assert col(row, "record_type") == "KRaftVersion"
     assert json.loads(col(row, "fields_json")) == {"version": 0, "kraft_version": 1}
+
+
+def test_a_damaged_base_offset_outside_the_crc_is_reported(build, tmp_path):
+    """baseOffset is not covered by the batch CRC: continuity within the segment catches it."""
+    from pipeline.reader import fleet_files, read_file
+    from pipeline.schema import RECORD_FIELDS
+
+    fleet = build.build_fleet(tmp_path / "fleet")
+    segment = next(f for f in fleet_files(fleet) if f.source == "log")
+    before = list(read_file(segment))
+    assert before and all(row[RECORD_FIELDS.index("error")] is None for row in before)
+    data = bytearray(open(segment.path, "rb").read())
+    # The second batch's base offset (int64 at the batch's first byte): find the batch
+    # boundary from the first batch's length field (int32 at byte 8).
+    second = 12 + int.from_bytes(data[8:12], "big")
+    assert second < len(data), "the fixture segment must hold two batches"
+    data[second + 7] ^= 0x40
+    open(segment.path, "wb").write(bytes(data))
+    after = list(read_file(segment))
+    errors = [row for row in after if row[RECORD_FIELDS.index("error")] is not None]
+    assert len(errors) == 1 and "base offset" in errors[0][RECORD_FIELDS.index("error")]
+    # Every other batch still gives its rows, at their true offsets.
+    good_offsets = {row[RECORD_FIELDS.index("offset")] for row in after if row not in errors}
+    assert good_offsets < {row[RECORD_FIELDS.index("offset")] for row in before}

@@ -1,0 +1,155 @@
+"""The fleet job: records in, Parquet tables and an HTML report out.
+
+Owns: `run` (read a fleet directory, run the transforms, write the outputs),
+`build_tables` and `write_outputs` (the same without the reading, for tests and other
+inputs), `RunResult`, and `run_command` (the CLI's entry).
+
+Rules kept here:
+- The transforms stay pure (pipeline/transforms.py); this module decides the actions.
+  Each table is computed once, by its Parquet write; the stream they share is cached so
+  the records are read once. The report reads the small tables back from Parquet and
+  collects only those (never raw records).
+- Outputs under `out`: `features_audit/`, `upgrade_readiness/`, `broker_timeline/`,
+  `errors/` (Parquet, overwritten) and `report.html`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from pipeline import report, transforms
+
+TABLES = ("features_audit", "upgrade_readiness", "broker_timeline", "errors")
+REPORT_FILE = "report.html"
+NODES_SCHEMA = "cluster string, node_id int, role string, release string"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    out: Path
+    tables: Mapping[str, Path]  # table name -> Parquet directory
+    row_counts: Mapping[str, int]
+    report: Path
+
+
+def build_tables(records_df, nodes_df=None) -> dict:
+    """The four output DataFrames (lazy) from a records DataFrame (pipeline/schema.py),
+    plus "stream", the cached record stream they share, and "records", the cached input
+    (write_outputs releases both)."""
+    # The input is read once: dedupe scans it several times (log rows, snapshot rows,
+    # log starts), and every scan of the Python data source starts Python workers.
+    records_df = records_df.cache()
+    stream = transforms.dedupe(records_df).cache()
+    return {
+        "features_audit": transforms.features_audit(stream),
+        "upgrade_readiness": transforms.upgrade_readiness(stream, nodes_df),
+        "broker_timeline": transforms.broker_timeline(stream),
+        "errors": transforms.errors(records_df),
+        "stream": stream,
+        "records": records_df,
+    }
+
+
+def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print, fleet: str | None = None) -> RunResult:
+    """Writes each table as Parquet under `out`, then the report; returns paths and row
+    counts (read back from the Parquet files, so nothing is computed twice)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for name in TABLES:
+        path = out / name
+        progress(f"pipeline: writing {name} -> {path}")
+        tables[name].write.mode("overwrite").parquet(str(path))
+        paths[name] = path
+    for cached in ("stream", "records"):
+        if cached in tables:
+            tables[cached].unpersist()
+
+    collected = {
+        name: [row.asDict(recursive=True) for row in spark.read.parquet(str(paths[name])).collect()]
+        for name in ("upgrade_readiness", "features_audit", "errors")
+    }
+    counts = {name: len(rows) for name, rows in collected.items()}
+    counts["broker_timeline"] = spark.read.parquet(str(paths["broker_timeline"])).count()
+
+    report_path = report.write_report(
+        out / REPORT_FILE,
+        collected["upgrade_readiness"],
+        collected["features_audit"],
+        collected["errors"],
+        fleet=fleet,
+    )
+    progress(f"pipeline: report -> {report_path}")
+    progress("pipeline: rows " + ", ".join(f"{name}={counts[name]}" for name in TABLES))
+    return RunResult(out=out, tables=paths, row_counts={name: counts[name] for name in TABLES}, report=report_path)
+
+
+SHUFFLE_PARTITIONS = 8
+
+
+def _session(master: str):
+    from pyspark.sql import SparkSession
+
+    # Python workers must run this interpreter (the venv), not whatever is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(master)
+        .appName("kraftwerk-pipeline")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        # The aggregated tables are small (a row per cluster or per change): Spark's
+        # default of 200 shuffle partitions would make hundreds of empty tasks per stage.
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .getOrCreate()
+    )
+
+
+def _nodes_df(spark, fleet: Path, progress: Progress):
+    """The controllers' releases from the fleet directory (pipeline/reader.py), or None
+    when no node says what it runs."""
+    from pipeline.reader import fleet_nodes
+
+    rows = [(n.cluster, int(n.node_id), n.role, n.release) for n in fleet_nodes(fleet)]
+    progress(f"pipeline: {len(rows)} nodes in the fleet")
+    if not rows:
+        return None
+    return spark.createDataFrame(rows, NODES_SCHEMA)
+
+
+def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = print, spark=None) -> RunResult:
+    """Reads every node of `fleet` (`<fleet>/<cluster>/<node>/...`) and writes the tables
+    and report under `out`. Uses `spark` when given (and leaves it running), else starts
+    a session on `master` and stops it afterwards."""
+    from pipeline.datasource import read_records
+
+    fleet, out = Path(fleet), Path(out)
+    own_session = spark is None
+    if own_session:
+        progress(f"pipeline: starting Spark ({master})")
+        spark = _session(master)
+    try:
+        progress(f"pipeline: reading {fleet}")
+        records = read_records(spark, str(fleet))
+        nodes = _nodes_df(spark, fleet, progress)
+        tables = build_tables(records, nodes)
+        return write_outputs(spark, tables, out, progress, fleet=str(fleet))
+    finally:
+        if own_session:
+            spark.stop()
+
+
+def run_command(fleet: str | Path, out: str | Path, master: str = "local[*]") -> int:
+    """`kraftwerk pipeline run`: exit status 0 on success, 1 when the fleet is missing."""
+    fleet = Path(fleet)
+    if not fleet.is_dir():
+        print(f"pipeline: fleet directory {fleet} does not exist", file=sys.stderr)
+        return 1
+    result = run(fleet, Path(out), master)
+    print(f"pipeline: done: {result.report}")
+    return 0
