@@ -880,11 +880,7 @@ def fake_fleet_command(clusters: int, records: int, out: str | os.PathLike[str],
     """`kraftwerk pipeline fake-fleet --clusters N --records M --out DIR`: `records` is
     the whole fleet's record count, split evenly over the clusters. Prints one line per
     cluster and a total; returns the exit status (0; bad arguments raise ValueError)."""
-    from server.observability import configure_logging
-
     emit = progress or (lambda line: None)
-    # Segment rolls and snapshots are logged at info, once per file: too chatty here.
-    configure_logging("warning")
     per_cluster = max(records // max(clusters, 1), 0)
     spec = FleetSpec(clusters=clusters, records_per_cluster=per_cluster, seed=seed, segment_bytes=segment_bytes)
     if workers is None:

@@ -650,6 +650,10 @@ def cmd_pipeline(args) -> int:
     try:
         if args.pipeline_command == "fake-fleet":
             from pipeline.fake_fleet import fake_fleet_command
+            from server.observability import configure_logging
+
+            # Segment rolls and snapshots are logged at info, once per file: too chatty here.
+            configure_logging("warning")
 
             fake_fleet_command(args.clusters, args.records, Path(args.out), args.seed,
                                lambda line: print(line, flush=True))
