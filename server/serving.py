@@ -85,6 +85,10 @@ class ServingNode:
         meanwhile."""
         if state.in_transaction or state.last_applied_offset < 0:
             return  # an open metadata transaction could still be aborted: not a snapshot point
+        if not self.raft_driver.storage.metadata_log.is_batch_boundary(end_offset):
+            # A replica that loaded it would have to fetch from inside a batch (see
+            # MetadataRaftLog.compact): never write one.
+            return
         snapshot_id = await trio.to_thread.run_sync(
             write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
         mv = state.metadata_version
