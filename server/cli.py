@@ -85,24 +85,31 @@ def cmd_broker(args) -> int:
 
     from server.broker.lifecycle import BrokerFatalError
     from server.broker.node import BrokerNode
-    from server.node import StartupError
-    from server.observability import configure_logging
-
     config = _load_config(args)
     if not config.is_broker:
         config = replace(config, process_roles=("broker",))
-    configure_logging(config.log_level)
-    node = BrokerNode(config)
-    try:
-        node.open()
-    except StartupError as exc:
-        raise CommandError(str(exc)) from None
+    node = _open_node(BrokerNode, config)
 
     async def controlled_shutdown() -> None:
         # The controller fences the broker on purpose, then it stops.
         await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
 
     return _serve_node(node, args.port_file, controlled_shutdown, BrokerFatalError)
+
+
+def _open_node(node_class, config):
+    """A controller or broker node with its storage opened (start-up errors become
+    operator messages)."""
+    from server.node import StartupError
+    from server.observability import configure_logging
+
+    configure_logging(config.log_level)
+    node = node_class(config)
+    try:
+        node.open()
+    except StartupError as exc:
+        raise CommandError(str(exc)) from None
+    return node
 
 
 def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseException]) -> int:
@@ -135,16 +142,9 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
 
 
 def cmd_controller(args) -> int:
-    from server.node import ControllerNode, StartupError
-    from server.observability import configure_logging
+    from server.node import ControllerNode
 
-    config = _load_config(args)
-    configure_logging(config.log_level)
-    node = ControllerNode(config)
-    try:
-        node.open()
-    except StartupError as exc:
-        raise CommandError(str(exc)) from None
+    node = _open_node(ControllerNode, _load_config(args))
 
     async def resign() -> None:
         # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so the others
