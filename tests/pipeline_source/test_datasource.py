@@ -42,10 +42,30 @@ def test_spark_rows_equal_the_plain_python_rows_for_a_two_cluster_fleet(spark, f
     assert {row[0] for row in spark_rows} == {"east", "west"}
 
 
-def test_one_partition_per_file(spark, fleet):
+def test_work_splits_by_whole_files_packed_up_to_a_byte_bound(spark, fleet):
     register(spark)
-    df = spark.read.format("kraftwerk").load(str(fleet))
-    assert df.rdd.getNumPartitions() == len(fleet_files(fleet)) == 4
+    files = fleet_files(fleet)
+    assert len(files) == 4
+    # Small files share a partition (every task has a fixed cost) ...
+    assert spark.read.format("kraftwerk").load(str(fleet)).rdd.getNumPartitions() == 1
+    # ... and with a bound below any one file's size, each file is a partition of its own.
+    one_each = spark.read.format("kraftwerk").option("maxPartitionBytes", "1").load(str(fleet))
+    assert one_each.rdd.getNumPartitions() == 4
+    assert sorted(one_each.collect()) == sorted(read_records(spark, str(fleet)).collect())
+
+
+def test_pack_files_keeps_whole_files_in_order(tmp_path):
+    from pipeline.datasource import pack_files
+    from pipeline.reader import FleetFile
+
+    paths = []
+    for index, size in enumerate((10, 30, 25, 70, 5)):
+        path = tmp_path / f"{index}.log"
+        path.write_bytes(b"x" * size)
+        paths.append(FleetFile("c", None, 1, "log", str(path), path.name))
+    groups = pack_files(paths, max_bytes=50, open_cost_bytes=2)
+    assert [[f.relative_path for f in group] for group in groups] == [
+        ["0.log", "1.log"], ["2.log"], ["3.log"], ["4.log"]]
 
 
 def test_nested_columns_are_queryable(spark, fleet):
