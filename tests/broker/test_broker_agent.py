@@ -146,3 +146,18 @@ async def test_member_restarted_on_a_release_below_the_finalized_level_unregiste
                 fatal.exceptions[0] if not isinstance(fatal.exceptions[0], BaseExceptionGroup)
                 else fatal.exceptions[0].exceptions[0])
             assert cluster.controller.state.broker(105) is None
+
+
+async def test_closing_client_connections_on_a_metadata_version_change_can_be_turned_off(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_5_IV2) as cluster:
+            broker = await cluster.start_broker(108, "3.7", close_connections_on_metadata_version_change=False)
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
+                assert (await cluster.update_metadata_version(MV_3_7_IV0)).error_code == ErrorCode.NONE
+                await broker.wait_renegotiated(MV_3_7_IV0)
+                # Still connected: the client keeps the versions it negotiated.
+                reply = await client.call(3, {"topics": []})
+                assert reply.cluster_id == cluster.cluster_id
+            assert broker.connections.closed_by_request == 0
+            assert (await advertised(broker.port))[DESCRIBE_CLUSTER] == (0, 1)
