@@ -40,7 +40,7 @@ import os
 import struct
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import DecodeError
@@ -272,29 +272,51 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _versioned(message: Message, fields: tuple[Field, ...], version: int, data: Any) -> dict[str, Any]:
+# A plan: for each field a version has, (attribute, is an array, the plan of its struct
+# or None for a plain value). Worked out once per (message, version) — working it out
+# per record was most of the reader's time.
+Plan = tuple[tuple[str, bool, "Plan | None"], ...]
+
+
+def _plan(message: Message, fields: tuple[Field, ...], version: int) -> Plan:
+    out = []
+    for f in fields:
+        if version not in Versions.parse(f.versions):
+            continue
+        inner = _plan(message, message.struct_fields(f.element_type, f), version) if f.is_struct else None
+        out.append((f.attr, f.is_array, inner))
+    return tuple(out)
+
+
+def _versioned(plan: Plan, data: Any) -> dict[str, Any]:
     # The decoder fills fields a version does not have with defaults; leaving
     # them out keeps "v0 says nothing about X" apart from "X is false".
     out: dict[str, Any] = {}
-    for f in fields:
-        if version not in Versions.parse(f.versions) or f.attr not in data:
+    for attr, is_array, inner in plan:
+        if attr not in data:
             continue
-        value = data[f.attr]
-        if f.is_struct and value is not None:
-            inner = message.struct_fields(f.element_type, f)
-            if f.is_array:
-                value = [_versioned(message, inner, version, item) for item in value]
-            else:
-                value = _versioned(message, inner, version, value)
-        out[f.attr] = _jsonable(value)
+        value = data[attr]
+        if inner is None or value is None:
+            out[attr] = _jsonable(value)
+        elif is_array:
+            out[attr] = [_versioned(inner, item) for item in value]
+        else:
+            out[attr] = _versioned(inner, value)
     return out
 
 
-def fields_json(message: Message, version: int, data: Any) -> str:
+def fields_json(message: Message, version: int, data: Any, plans: dict | None = None) -> str:
     """A decoded record's fields as compact JSON in declaration order: only the
     fields `version` has, uuids in Kafka's base64url text form, bytes as base64,
-    private keys (`_unknown_tagged_fields`) dropped."""
-    return json.dumps(_versioned(message, message.fields, version, data), separators=(",", ":"), ensure_ascii=False)
+    private keys (`_unknown_tagged_fields`) dropped. `plans` caches the per-version
+    field plans across calls (a reader keeps one per file)."""
+    key = (message.name, version)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = _plan(message, message.fields, version)
+        if plans is not None:
+            plans[key] = plan
+    return json.dumps(_versioned(plan, data), separators=(",", ":"), ensure_ascii=False)
 
 
 def _uuid_text(value: Any) -> str | None:
@@ -362,6 +384,8 @@ class _FileContext:
     file: str
     # For snapshots: the offset a record without a replay-offset header gets.
     snapshot_last_offset: int | None
+    # fields_json's per-(message, version) plans, shared by this file's rows.
+    plans: dict = field(default_factory=dict)
 
     def row(
         self,
@@ -417,7 +441,7 @@ def _control_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tuple
         if version not in message.versions:
             version = 0
         try:
-            json_text = fields_json(message, version, message.decode(version, value))
+            json_text = fields_json(message, version, message.decode(version, value), ctx.plans)
         except DecodeError as exc:
             return ctx.error_row(offset, batch.leader_epoch, f"undecodable {name} control record at offset {offset}: {exc}")
     return ctx.row(offset, batch.leader_epoch, batch.max_timestamp_ms, name, None, None, None, json_text, None)
@@ -441,7 +465,7 @@ def _metadata_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tupl
         decoded.version,
         _feature(name, data),
         _broker(name, decoded.version, data),
-        fields_json(decoded.message, decoded.version, data),
+        fields_json(decoded.message, decoded.version, data, ctx.plans),
         None,
     )
 
