@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-START_TIMEOUT_S = 30.0
+# A broker reports its port only once its image has caught up (up to 30 s of its own).
+START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 PORT_FILE_POLL_S = 0.02  # polling a child process's port file: there is no event to wait on
 
