@@ -224,20 +224,9 @@ def baseline_readiness(fleet: Path) -> tuple[dict, int]:
 # --------------------------------------------------------------------------
 
 def spark_session(master: str):
-    from pyspark.sql import SparkSession
+    from pipeline.jobs import spark_session as pipeline_session
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers run this venv's interpreter
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("bench-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return pipeline_session(master, "bench-pipeline", SHUFFLE_PARTITIONS)
 
 
 def spark_readiness(spark, fleet: Path, cached: bool, deadline: float) -> tuple[dict, float]:

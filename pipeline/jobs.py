@@ -92,22 +92,26 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
 SHUFFLE_PARTITIONS = 8
 
 
-def _session(master: str):
+def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
+                  shuffle_partitions: int = SHUFFLE_PARTITIONS):
+    """The session the pipeline runs in (also the benchmark's and the tests')."""
     from pyspark.sql import SparkSession
 
     # Python workers must run this interpreter (the venv), not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return (
+    session = (
         SparkSession.builder.master(master)
-        .appName("kraftwerk-pipeline")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         # The aggregated tables are small (a row per cluster or per change): Spark's
         # default of 200 shuffle partitions would make hundreds of empty tasks per stage.
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .getOrCreate()
     )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def _nodes_df(spark, fleet: Path, progress: Progress):
@@ -132,7 +136,7 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
     own_session = spark is None
     if own_session:
         progress(f"pipeline: starting Spark ({master})")
-        spark = _session(master)
+        spark = spark_session(master)
     try:
         progress(f"pipeline: reading {fleet}")
         records = read_records(spark, str(fleet))

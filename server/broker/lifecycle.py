@@ -176,7 +176,10 @@ class BrokerLifecycle:
                 await driver.wait_changed()
         return None
 
-    def _version(self, peer, api_key: int) -> int | None:
+    def negotiated_version(self, peer, api_key: int) -> int | None:
+        """The version of a broker-to-controller API to use with `peer` now: the highest
+        both this software (gated by the finalized metadata.version) and the controller
+        (its last ApiVersions answer) allow; None if there is none."""
         served = self.node.software_range(api_key)
         ours = max_allowed_version(api_key, served[0], served[1], self.node.state.metadata_version)
         theirs = peer.api_versions.get(api_key)
@@ -189,7 +192,7 @@ class BrokerLifecycle:
         peer = await self._controller()
         if peer is None:
             return None, "no active controller known"
-        version = self._version(peer, api_key)
+        version = self.negotiated_version(peer, api_key)
         if version is None:
             return None, f"no common version of API {api_key} with controller {peer.address.node_id}"
         try:

@@ -64,6 +64,11 @@ FORWARD_TIMEOUT_S = 10.0
 METADATA_WAIT_S = 30.0
 
 
+def _mv_text(level: int) -> str:
+    """`3.7-IV2` for a known metadata.version level, the number otherwise (for logs)."""
+    return str(find_metadata_version(level) or level)
+
+
 class BrokerNode(ServingNode):
     is_broker = True
 
@@ -226,7 +231,7 @@ class BrokerNode(ServingNode):
         self.metadata_version_changes += 1
         self.metrics.finalized_metadata_version.set(level)
         log.info(Event.BROKER_METADATA_VERSION_CHANGED, broker_id=self.config.node_id,
-                 old=str(find_metadata_version(previous) or previous), new=str(find_metadata_version(level) or level),
+                 old=_mv_text(previous), new=_mv_text(level),
                  offset=self.state.last_applied_offset)
         reasons = self.unsupported_reasons()
         if reasons and (self.was_member or self.lifecycle.broker_epoch >= 0):
@@ -237,7 +242,7 @@ class BrokerNode(ServingNode):
         if self.config.close_connections_on_metadata_version_change:
             closed = self.connections.close_all()
             log.info(Event.BROKER_CLIENT_CONNECTIONS_CLOSED, broker_id=self.config.node_id, connections=closed,
-                     metadata_version=str(find_metadata_version(level) or level))
+                     metadata_version=_mv_text(level))
 
     async def _renegotiate(self, level: int) -> None:
         """KIP-778: learn the controllers' new API versions without reconnecting."""
@@ -254,14 +259,14 @@ class BrokerNode(ServingNode):
         self.renegotiations += 1
         self.renegotiated_metadata_version = level
         peer = self.controller_peer(leader)
-        chosen = {GATES[key].api_name: self.lifecycle._version(peer, key) for key in (62, 63)
+        chosen = {GATES[key].api_name: self.lifecycle.negotiated_version(peer, key) for key in (62, 63)
                   if peer is not None and peer.api_versions}
         own = self.state.broker(self.config.node_id)
         if own is not None and not own.log_dirs and (chosen.get("BrokerRegistration") or 0) >= 2:
             # The registration can carry this broker's log directory now (3.7-IV2+).
             self.lifecycle.request_reregistration()
         log.info(Event.BROKER_RENEGOTIATED, broker_id=self.config.node_id,
-                 metadata_version=str(find_metadata_version(level) or level), controller_id=leader,
+                 metadata_version=_mv_text(level), controller_id=leader,
                  with_leader=ok, versions=chosen)
         self._renegotiated.set()
         self._renegotiated = trio.Event()

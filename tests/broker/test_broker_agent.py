@@ -66,8 +66,8 @@ async def test_metadata_version_change_renegotiates_and_closes_client_connection
             before = await advertised(broker.port)
             assert before[DESCRIBE_CLUSTER] == (0, 0)
             leader = broker.controller_peer(1)
-            assert broker.lifecycle._version(leader, BROKER_HEARTBEAT) == 0
-            assert broker.lifecycle._version(leader, BROKER_REGISTRATION) == 1
+            assert broker.lifecycle.negotiated_version(leader, BROKER_HEARTBEAT) == 0
+            assert broker.lifecycle.negotiated_version(leader, BROKER_REGISTRATION) == 1
             negotiations = leader.negotiations
             connects = leader.connects
             client = await KafkaClient.connect("127.0.0.1", broker.port)
@@ -76,8 +76,8 @@ async def test_metadata_version_change_renegotiates_and_closes_client_connection
             await broker.wait_renegotiated(MV_3_7_IV2)
             # Renegotiated on the live connection: no reconnect.
             assert leader.negotiations > negotiations and leader.connects == connects
-            assert broker.lifecycle._version(leader, BROKER_HEARTBEAT) == 1
-            assert broker.lifecycle._version(leader, BROKER_REGISTRATION) == 4
+            assert broker.lifecycle.negotiated_version(leader, BROKER_HEARTBEAT) == 1
+            assert broker.lifecycle.negotiated_version(leader, BROKER_REGISTRATION) == 4
             # The client's connection was closed; a new one sees the new versions.
             with pytest.raises(ClientError):
                 await client.call(3, {"topics": []})
