@@ -22,9 +22,11 @@ from protocol.apis import (
     fetch,
     fetch_snapshot,
     metadata,
+    migration_check,
     remove_raft_voter,
     unregister_broker,
     update_features,
+    update_metadata,
     update_raft_voter,
     vote,
 )
@@ -33,8 +35,8 @@ from protocol.schema import Message
 _MODULES = (
     add_raft_voter, api_versions, begin_quorum_epoch, broker_heartbeat,
     broker_registration, controller_registration, describe_cluster,
-    describe_quorum, end_quorum_epoch, fetch, fetch_snapshot, metadata,
-    remove_raft_voter, unregister_broker, update_features, update_raft_voter, vote,
+    describe_quorum, end_quorum_epoch, fetch, fetch_snapshot, metadata, migration_check,
+    remove_raft_voter, unregister_broker, update_features, update_metadata, update_raft_voter, vote,
 )
 
 # api_key -> (request, response)

@@ -80,6 +80,8 @@ NOT_IN_KAFKA_PYTHON = {
     80: NO_DECLARATION,  # AddRaftVoter
     81: NO_DECLARATION,  # RemoveRaftVoter
     82: NO_DECLARATION,  # UpdateRaftVoter
+    6: "kafka-python 3.0.12 has no declaration for this API (controller-to-ZooKeeper-broker RPC)",  # UpdateMetadata
+    10000: "kraftwerk's own API (KIP-866 MigrationCheck); no Kafka client knows it",
 }
 
 INT32_MIN = -(1 << 31)

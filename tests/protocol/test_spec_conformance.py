@@ -108,6 +108,14 @@ def test_declaration_matches_spec(filename):
     assert declared_common == spec_common
 
 
+# Declared by hand, each module's docstring says why: UpdateMetadata's spec is not among
+# the reference specs; MigrationCheck is kraftwerk's own (KIP-866, never in Kafka).
+HAND_DECLARED = {"UpdateMetadataRequest", "UpdateMetadataResponse",
+                 "MigrationCheckRequest", "MigrationCheckResponse"}
+
+
 def test_every_declaration_has_a_spec():
     names = {spec["name"] for spec in SPECS.values()}
-    assert sorted(set(DECLARED) - names) == []
+    assert sorted(set(DECLARED) - names - HAND_DECLARED) == []
+    assert not HAND_DECLARED & names, "a spec appeared: generate the module from it instead"
+
