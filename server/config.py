@@ -99,6 +99,18 @@ class ServerConfig:
     close_connections_on_metadata_version_change: bool = True
     # The rack a broker registers with (Kafka's broker.rack).
     broker_rack: str | None = None
+    # KIP-866: on a controller, the trigger of the ZooKeeper -> KRaft migration; on a
+    # ZooKeeper-mode broker, its consent to be migrated (kafka.metadata.migration.enable).
+    migration_enabled: bool = False
+    # zookeeper.connect: where the ZooKeeper of the cluster being migrated runs.
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    # kraftwerk's (KIP-866 leaves the bound open): above this many committed records not yet
+    # written back to ZooKeeper, the active controller refuses new metadata writes.
+    migration_max_write_behind_lag_records: int = 10_000
+    # kraftwerk's: serve Prometheus metrics over HTTP on this port (0 picks a free one;
+    # None serves none). Kafka exposes the same metrics over JMX.
+    metrics_port: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -152,6 +164,13 @@ _KNOWN = {
     "kraftwerk.release": ("release", str),
     "kraftwerk.metadata.version.change.close.connections": ("close_connections_on_metadata_version_change", _bool),
     "broker.rack": ("broker_rack", str),
+    "kafka.metadata.migration.enable": ("migration_enabled", _bool),
+    # The name Kafka shipped for the same switch (3.4+).
+    "zookeeper.metadata.migration.enable": ("migration_enabled", _bool),
+    "zookeeper.connect": ("zookeeper_connect", str),
+    "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int),
+    "kraftwerk.migration.max.write.behind.lag.records": ("migration_max_write_behind_lag_records", int),
+    "kraftwerk.metrics.port": ("metrics_port", int),
 }
 
 # Properties Kafka uses that kraftwerk accepts and understands without a field.

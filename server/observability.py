@@ -85,6 +85,20 @@ class Event(StrEnum):
     BROKER_SHUTDOWN = "broker.controlled_shutdown"
     BROKER_SELF_UNREGISTERED = "broker.unregistered"
     BROKER_FORWARD_FAILED = "broker.forward_failed"
+    METRICS_SERVING = "metrics.serving"
+    MIGRATION_STATE = "migration.state"
+    MIGRATION_PRECONDITIONS_FAILED = "migration.preconditions_failed"
+    MIGRATION_ZK_LEADERSHIP_CLAIMED = "migration.zk_leadership_claimed"
+    MIGRATION_TRANSACTION_ABORTED = "migration.transaction_aborted"
+    MIGRATION_COPY_STARTED = "migration.copy_started"
+    MIGRATION_COPY_FINISHED = "migration.copy_finished"
+    MIGRATION_DUAL_WRITE = "migration.dual_write"
+    MIGRATION_FENCED = "migration.fenced"
+    MIGRATION_ZK_UNAVAILABLE = "migration.zookeeper_unavailable"
+    MIGRATION_RECONCILED = "migration.reconciled"
+    MIGRATION_WRITES_BLOCKED = "migration.writes_blocked"
+    MIGRATION_WRITES_UNBLOCKED = "migration.writes_unblocked"
+    MIGRATION_UPDATE_METADATA_SENT = "migration.update_metadata_sent"
 
 
 def configure_logging(level: str = "info", stream=None) -> None:

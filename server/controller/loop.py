@@ -34,6 +34,10 @@ Rules kept here:
   is then unknown, as in Kafka: clients retry against the new leader).
 - KIP-778: replaying a finalized level this node's software cannot run is
   fatal; an active controller resigns first.
+- While a metadata transaction is open in the speculative state (KIP-868; the
+  ZooKeeper migration's copy), only commands submitted as `transactional` run;
+  the others are held, in order, until the transaction ends or is aborted, so no
+  unrelated record lands inside it.
 """
 
 from __future__ import annotations
@@ -156,6 +160,8 @@ class ControllerLoop:
         self._send, self._receive = trio.open_memory_channel(queue_max_commands)
         self._pending: list[_Entry] = []
         self._in_flight: list[_Entry] = []
+        # Commands that arrived while a transaction was open (see the module's rules).
+        self._held: list[tuple[Command, _Reply]] = []
         self._work = trio.Event()
         self._next_offset = 0
         self.active = False
@@ -170,13 +176,14 @@ class ControllerLoop:
         self.committed_records = 0
 
     # -- API ----------------------------------------------------------------------
-    async def submit(self, command: Command) -> ControllerResult:
+    async def submit(self, command: Command, *, transactional: bool = False) -> ControllerResult:
         """Runs `command` on the active controller; returns once its records are committed
-        and replayed. Raises NotControllerError on a standby."""
+        and replayed. Raises NotControllerError on a standby. A `transactional` command
+        may run inside an open metadata transaction; others wait until it closes."""
         if not self.active:
             raise NotControllerError(self.driver.leader_id)
         reply = _Reply()
-        await self._send.send((command, reply))
+        await self._send.send((command, reply, transactional))
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
@@ -300,38 +307,53 @@ class ControllerLoop:
         pending, self._pending = self._pending, []
         for entry in pending:
             entry.reply.fail(error)
+        held, self._held = self._held, []
+        for _, reply in held:
+            reply.fail(error)
         log.info(Event.CONTROLLER_DEACTIVATED, epoch=self.active_epoch, leader_id=self.driver.leader_id)
 
     # -- the command task: sole writer of the speculative state ------------------------------
     async def _run_commands(self) -> None:
-        async for command, reply in self._receive:
+        async for command, reply, transactional in self._receive:
             if not self.active:
                 reply.fail(NotControllerError(self.driver.leader_id))
                 continue
-            try:
-                result = command(self._speculative, self.tracker, self._next_offset, monotonic_ms())
-            except Exception as exc:  # a bug in one command must not stop the controller
-                log.exception(Event.CONTROLLER_COMMAND_FAILED, error=repr(exc))
-                reply.fail(exc)
+            if self._speculative.in_transaction and not transactional:
+                self._held.append((command, reply))
                 continue
-            if result.heartbeat is not None:
-                # Volatile liveness, not in the log: it takes effect at once.
-                result.heartbeat.apply(self.tracker)
-            if result.records:
-                base_offset = self._next_offset
-                for index, item in enumerate(result.records):
-                    self._speculative.replay(item, base_offset + index)
-                self._next_offset += len(result.records)
-                self._pending.append(_Entry(result, reply, base_offset))
-                self._work.set()
-            elif self._pending or self._in_flight:
-                # Writes nothing, but must not answer before earlier records are committed.
-                self._pending.append(_Entry(result, reply, None))
-                self._work.set()
-            else:
-                reply.resolve(result)
+            self._execute(command, reply)
+            if transactional and not self._speculative.in_transaction:
+                # The transaction ended (or was aborted): run what waited for it, in order,
+                # until one of them opens another.
+                while self._held and self.active and not self._speculative.in_transaction:
+                    held_command, held_reply = self._held.pop(0)
+                    self._execute(held_command, held_reply)
             if not self.group_commit:
                 await reply.event.wait()
+
+    def _execute(self, command: Command, reply: _Reply) -> None:
+        try:
+            result = command(self._speculative, self.tracker, self._next_offset, monotonic_ms())
+        except Exception as exc:  # a bug in one command must not stop the controller
+            log.exception(Event.CONTROLLER_COMMAND_FAILED, error=repr(exc))
+            reply.fail(exc)
+            return
+        if result.heartbeat is not None:
+            # Volatile liveness, not in the log: it takes effect at once.
+            result.heartbeat.apply(self.tracker)
+        if result.records:
+            base_offset = self._next_offset
+            for index, item in enumerate(result.records):
+                self._speculative.replay(item, base_offset + index)
+            self._next_offset += len(result.records)
+            self._pending.append(_Entry(result, reply, base_offset))
+            self._work.set()
+        elif self._pending or self._in_flight:
+            # Writes nothing, but must not answer before earlier records are committed.
+            self._pending.append(_Entry(result, reply, None))
+            self._work.set()
+        else:
+            reply.resolve(result)
 
     # -- the committer ---------------------------------------------------------------------
     async def _committer(self) -> None:

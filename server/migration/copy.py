@@ -1,0 +1,178 @@
+"""The migration's copy: a ZooKeeper-mode cluster's metadata as KRaft records (pure).
+
+Owns: `copy_records`, which turns a `ZkClusterImage` (read by server/zk/seed.py's
+`read_zookeeper`) into the records of the copy, and `copy_chunks`, which cuts them into
+controller commands of bounded size inside one metadata transaction (KIP-868):
+
+    BeginTransactionRecord(name="zk-migration")
+      RegisterBrokerRecord(IsMigratingZkBroker)…  TopicRecord, PartitionRecord…
+      ConfigRecord…  FeatureLevelRecord…  ZkMigrationStateRecord(MIGRATION)
+    EndTransactionRecord
+
+A controller that dies before EndTransactionRecord is committed leaves an open
+transaction; the next leader aborts it (AbortTransactionRecord) and copies again, and
+replay rolls the image back to the state before Begin, on every node.
+
+Rules kept here:
+- ZooKeeper brokers are registered unfenced (they serve traffic) with their broker
+  epoch = the offset of their RegisterBrokerRecord, as every registration in kraftwerk;
+  their liveness comes from ZooKeeper, not heartbeats, until they restart in KRaft mode.
+- A partition's epoch is its leader epoch (ZooKeeper's partition-state znode version is
+  not in the image; the leader epoch only grows, which is what an epoch must do).
+- metadata.version is never copied: the KRaft quorum's, fixed at format time and checked
+  by the preconditions, is the cluster's from now on. Other finalized features are
+  copied when this controller knows them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+from protocol import metadata_records as mr
+from protocol.records import MetadataRecord, record
+from server.controller import features as ft
+from server.migration.state import ZkMigrationState
+from server.migration.zk_sync import BROKER_RESOURCE, TOPIC_RESOURCE, kraft_broker_config_name
+from server.zk import paths as zp
+
+TRANSACTION_NAME = "zk-migration"
+# Records per controller command (and so per Raft batch) during the copy.
+DEFAULT_CHUNK_RECORDS = 5_000
+
+# Kafka's SecurityProtocol ids by name.
+_SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class ZkBrokerRegistration:
+    """A ZooKeeper broker to register; its epoch is assigned when its record gets an offset."""
+
+    broker_id: int
+    znode: zp.BrokerRegistrationZnode
+
+
+def incarnation_id(broker_id: int, znode: zp.BrokerRegistrationZnode) -> uuid.UUID:
+    """A stable incarnation id for a ZooKeeper broker session: the same znode gives the
+    same id (so a repeated copy registers it identically), a re-registration (new
+    timestamp) another."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kraftwerk:zk-broker:{broker_id}:{znode.timestamp_ms}")
+
+
+def zk_broker_record(broker_id: int, znode: zp.BrokerRegistrationZnode, broker_epoch: int,
+                     metadata_version: int) -> MetadataRecord:
+    endpoints = []
+    for endpoint in znode.endpoints:
+        protocol_name = znode.listener_security_protocol_map.get(endpoint.listener, endpoint.listener)
+        endpoints.append({"name": endpoint.listener, "host": endpoint.host, "port": endpoint.port,
+                          "security_protocol": _SECURITY_PROTOCOLS.get(protocol_name, 0)})
+    features = [{"name": name, "min_supported_version": rng.min_version, "max_supported_version": rng.max_version}
+                for name, rng in sorted(znode.features.items())]
+    return record(mr.REGISTER_BROKER_RECORD, {
+        "broker_id": broker_id,
+        "is_migrating_zk_broker": True,
+        "incarnation_id": incarnation_id(broker_id, znode),
+        "broker_epoch": broker_epoch,
+        "end_points": endpoints,
+        "features": features,
+        "rack": znode.rack,
+        "fenced": False,
+        "in_controlled_shutdown": False,
+    }, ft.register_broker_record_version(metadata_version))
+
+
+def topic_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
+    for name in sorted(image.topics):
+        topic = image.topics[name]
+        topic_id = (zp.parse_kafka_uuid(topic.assignment.topic_id) if topic.assignment.topic_id
+                    # A topic from before topic ids (Kafka < 2.8): give it one, stable per name.
+                    else uuid.uuid5(uuid.NAMESPACE_URL, f"kraftwerk:zk-topic:{name}"))
+        yield record(mr.TOPIC_RECORD, {"name": name, "topic_id": topic_id}, 0)
+        for index in sorted(topic.assignment.partitions):
+            replicas = list(topic.assignment.partitions[index])
+            state = topic.partition_states.get(index)
+            leader = state.leader if state is not None else (replicas[0] if replicas else -1)
+            isr = list(state.isr) if state is not None else replicas
+            leader_epoch = state.leader_epoch if state is not None else 0
+            yield record(mr.PARTITION_RECORD, {
+                "partition_id": index, "topic_id": topic_id, "replicas": replicas, "isr": isr,
+                "removing_replicas": list(topic.assignment.removing_replicas.get(index, ())),
+                "adding_replicas": list(topic.assignment.adding_replicas.get(index, ())),
+                "leader": leader, "leader_epoch": leader_epoch, "partition_epoch": leader_epoch,
+            }, 0)
+        config = image.topic_configs.get(name)
+        if config is not None:
+            for key in sorted(config.config):
+                yield record(mr.CONFIG_RECORD, {"resource_type": TOPIC_RESOURCE, "resource_name": name,
+                                                "name": key, "value": config.config[key]}, 0)
+
+
+def broker_config_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
+    for zk_name in sorted(image.broker_configs):
+        config = image.broker_configs[zk_name]
+        for key in sorted(config.config):
+            yield record(mr.CONFIG_RECORD, {"resource_type": BROKER_RESOURCE,
+                                            "resource_name": kraft_broker_config_name(zk_name),
+                                            "name": key, "value": config.config[key]}, 0)
+
+
+def feature_records(image: zp.ZkClusterImage, known_features: set[str]) -> Iterator[MetadataRecord]:
+    if image.features is None:
+        return
+    for name, level in sorted(image.features.finalized_levels().items()):
+        if name == ft.METADATA_VERSION or name not in known_features or level <= 0:
+            continue
+        yield record(mr.FEATURE_LEVEL_RECORD, {"name": name, "feature_level": level}, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPlan:
+    """The copy, ready to be proposed: brokers first (their epochs depend on offsets)."""
+
+    brokers: tuple[ZkBrokerRegistration, ...]
+    records: tuple[MetadataRecord, ...]  # topics, partitions, configs, features
+
+    @property
+    def total_records(self) -> int:
+        # + Begin, ZkMigrationState, End
+        return len(self.brokers) + len(self.records) + 3
+
+
+def plan_copy(image: zp.ZkClusterImage, known_features: set[str]) -> CopyPlan:
+    brokers = tuple(ZkBrokerRegistration(broker_id, image.brokers[broker_id]) for broker_id in sorted(image.brokers))
+    records = tuple(topic_records(image)) + tuple(broker_config_records(image)) + tuple(
+        feature_records(image, known_features))
+    return CopyPlan(brokers, records)
+
+
+def begin_record() -> MetadataRecord:
+    return record(mr.BEGIN_TRANSACTION_RECORD, {"name": TRANSACTION_NAME}, 0)
+
+
+def end_record() -> MetadataRecord:
+    return record(mr.END_TRANSACTION_RECORD, {}, 0)
+
+
+def abort_record(reason: str) -> MetadataRecord:
+    return record(mr.ABORT_TRANSACTION_RECORD, {"reason": reason}, 0)
+
+
+def migration_state_record(state: ZkMigrationState) -> MetadataRecord:
+    return record(mr.ZK_MIGRATION_STATE_RECORD, {"zk_migration_state": int(state)}, 0)
+
+
+def copy_chunks(plan: CopyPlan, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Iterator[list[MetadataRecord]]:
+    """The copy's topic, config and feature records in lists of at most `chunk_records`,
+    one list per controller command. Broker records are built inside the first command
+    (`broker_records`), since their epochs are offsets only the command knows."""
+    records = list(plan.records)
+    for start in range(0, len(records), chunk_records):
+        yield records[start:start + chunk_records]
+
+
+def broker_records(plan: CopyPlan, next_offset: int, metadata_version: int) -> list[MetadataRecord]:
+    """The ZooKeeper brokers' RegisterBrokerRecords for a command whose first record gets
+    `next_offset`: each broker's epoch is its own record's offset."""
+    return [zk_broker_record(b.broker_id, b.znode, next_offset + i, metadata_version)
+            for i, b in enumerate(plan.brokers)]
