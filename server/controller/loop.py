@@ -170,6 +170,8 @@ class ControllerLoop:
         self.replayed_end_offset = replay_from_offset
         self._replayed = trio.Event()
         self._activated = trio.Event()
+        self._deactivated = trio.Event()
+        self._deactivated.set()
         # Counters for benchmarks, metrics and the snapshot interval.
         self.replayed_bytes = 0
         self.proposals = 0
@@ -191,6 +193,10 @@ class ControllerLoop:
 
     async def wait_active(self) -> None:
         await self._activated.wait()
+
+    async def wait_inactive(self) -> None:
+        """Until this node is not (or no longer) the active controller."""
+        await self._deactivated.wait()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -296,12 +302,14 @@ class ControllerLoop:
         self.tracker.activate(self.state, monotonic_ms())
         self.active_epoch = epoch
         self.active = True
+        self._deactivated = trio.Event()
         self._activated.set()
         log.info(Event.CONTROLLER_ACTIVATED, epoch=epoch, next_offset=self._next_offset)
 
     def _deactivate(self) -> None:
         self.active = False
         self._activated = trio.Event()
+        self._deactivated.set()
         self._speculative = None
         error = NotControllerError(self.driver.leader_id)
         pending, self._pending = self._pending, []

@@ -106,8 +106,8 @@ def check_preconditions(
     assigned_broker_ids: Iterable[int],
 ) -> list[PreconditionFailure]:
     """KIP-866's three conditions, every failure listed (not just the first):
-    1. metadata.version is at least the migration's (on the quorum, and every ZooKeeper
-       broker's software can run it);
+    1. metadata.version is at least the migration's on the quorum, and every ZooKeeper
+       broker's software can run the quorum's level;
     2. every live ZooKeeper broker has kafka.metadata.migration.enable=true (and belongs
        to this cluster);
     3. no broker is offline: a broker that holds replicas but is not registered in
@@ -130,10 +130,13 @@ def check_preconditions(
                 broker.broker_id, f"belongs to cluster {broker.cluster_id}, not {cluster_id}"))
         if not broker.config_enabled:
             failures.append(PreconditionFailure(broker.broker_id, "kafka.metadata.migration.enable is not true"))
-        if broker.max_metadata_version is not None and broker.max_metadata_version < MIGRATION_MIN_METADATA_VERSION:
+        # Once migrating, ZooKeeper's /features holds the quorum's metadata.version; a broker
+        # whose software cannot run it would stop (KIP-584's protection), so check now.
+        needed = max(metadata_version or 0, MIGRATION_MIN_METADATA_VERSION)
+        if broker.max_metadata_version is not None and broker.max_metadata_version < needed:
             failures.append(PreconditionFailure(
                 broker.broker_id, f"its software supports metadata.version up to level "
-                                  f"{broker.max_metadata_version}, below {MIGRATION_MIN_METADATA_VERSION_NAME}"))
+                                  f"{broker.max_metadata_version}, the cluster needs level {needed}"))
     live_ids = {b.broker_id for b in live}
     for broker_id in sorted(set(assigned_broker_ids) - live_ids):
         failures.append(PreconditionFailure(broker_id, "is offline: it holds replicas but is not registered "
