@@ -460,6 +460,51 @@ def cmd_metadata_quorum(args) -> int:
 
 
 # --------------------------------------------------------------------------
+# migration (KIP-866)
+# --------------------------------------------------------------------------
+
+_MIGRATION_STATES = {1: "ZooKeeper", 2: "MigrationEligible", 3: "MigrationReady", 4: "MigrationActive",
+                     5: "MigrationFinished", 6: "KRaft"}
+_ZK_MIGRATION_STATES = {0: "NONE", 1: "MIGRATION", 2: "PRE_MIGRATION", 3: "POST_MIGRATION"}
+
+
+async def describe_migration(args) -> list[str]:
+    from protocol.apis.describe_migration import API_KEY
+
+    response = await _call_active_controller(args, API_KEY, {})
+    if response.error_code != 0:
+        raise CommandError(f"DescribeMigration failed: error {response.error_code} {response.error_message or ''}")
+    lines = [
+        f"MigrationState:         {_MIGRATION_STATES.get(response.migration_state, response.migration_state)} "
+        f"({response.migration_state})",
+        f"ZkMigrationState:       {_ZK_MIGRATION_STATES.get(response.zk_migration_state, response.zk_migration_state)}",
+        f"ActiveController:       {response.controller_id}",
+        f"MigrationEnabled:       {str(response.migration_enabled).lower()}",
+    ]
+    if response.migration_enabled:
+        lines += [
+            f"ZooKeeperWriteBehindLag: {response.zk_write_behind_lag}",
+            f"ZooKeeperLastOffset:    {response.zk_last_offset}",
+            f"ZooKeeperControllerEpoch: {response.zk_controller_epoch}",
+            f"WritesBlocked:          {str(response.writes_blocked).lower()}",
+            f"ZooKeeperBrokers:       [{','.join(map(str, response.zk_brokers))}]",
+        ]
+    lines.append(f"KRaftBrokers:           [{','.join(map(str, response.kraft_brokers))}]")
+    for failure in response.precondition_failures:
+        who = f"broker {failure.broker_id}" if failure.broker_id >= 0 else "cluster"
+        lines.append(f"Blocked:                {who}: {failure.reason}")
+    return lines
+
+
+def cmd_migration(args) -> int:
+    if args.migration_command == "status":
+        for line in trio.run(describe_migration, args):
+            print(line)
+        return EXIT_OK
+    raise CommandError(f"unknown migration command {args.migration_command}")
+
+
+# --------------------------------------------------------------------------
 # demo: a local controller and a short upgrade story
 # --------------------------------------------------------------------------
 
@@ -738,6 +783,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--status", action="store_true", default=True)
     mode.add_argument("--replication", action="store_true")
     quorum.set_defaults(func=cmd_metadata_quorum)
+
+    migration = sub.add_parser("migration", help="the ZooKeeper -> KRaft migration (KIP-866)")
+    migration_sub = migration.add_subparsers(dest="migration_command", required=True)
+    mstatus = migration_sub.add_parser("status", help="the migration's state, write-behind lag and blockers")
+    _add_bootstrap(mstatus)
+    migration.set_defaults(func=cmd_migration)
 
     cluster = sub.add_parser("cluster", help="run a local cluster of real processes")
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)

@@ -31,10 +31,12 @@ from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
 from server.controller.features import SupportedRange, unsupported_finalized_levels
-from server.controller.loop import ControllerLoop, NotControllerError, wall_clock_ms
+from server.controller.loop import ControllerLoop, NotControllerError, WritesBlockedError, wall_clock_ms
 from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
+from server.metrics_http import serve_metrics
+from server.migration.state import ZkMigrationState, kip_state
 from server.net.listener import serve_listener
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
@@ -49,6 +51,9 @@ from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+# How long an operator write waits for a migration's ZooKeeper write-behind to catch up
+# before it is refused with a retriable error.
+WRITES_BLOCKED_WAIT_S = 5.0
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 
 log = get_logger("controller")
@@ -92,6 +97,9 @@ class ControllerNode(ServingNode):
         self.controller_config: ControllerConfig | None = None
         self._bootstrap_records = None
         self._snapshot_bytes_mark = 0
+        # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
+        self.migration = None
+        self.metrics_port: int | None = None
 
     @property
     def state(self):
@@ -192,6 +200,16 @@ class ControllerNode(ServingNode):
             group_commit=self.config.controller_group_commit,
             snapshot_at=self.snapshot_at_metadata_version_change,
         )
+        if self.config.migration_enabled:
+            if not self.config.zookeeper_connect:
+                self.metadata_log.close()
+                raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the ZooKeeper "
+                                   "of the cluster to migrate)")
+            from server.migration.driver import MigrationDriver
+            self.migration = MigrationDriver(
+                self, self.config.zookeeper_connect,
+                max_lag_records=self.config.migration_max_write_behind_lag_records,
+                session_timeout_s=self.config.zookeeper_session_timeout_ms / 1000)
         log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=replay_from,
                  log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
                  metadata_version=state.metadata_version, cluster_id=self.cluster_id)
@@ -240,6 +258,14 @@ class ControllerNode(ServingNode):
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
                 nursery.start_soon(self._fence_expired_brokers)
+                if self.migration is not None:
+                    await nursery.start(self.migration.run)
+                else:
+                    nursery.start_soon(self._finalize_migration)
+                if self.config.metrics_port is not None:
+                    self.metrics_port = await nursery.start(
+                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
+                        self.refresh_metrics)
                 if len(self.voters) == 1:
                     # The only voter elects itself at once: report "started" only when it
                     # serves writes, so scripts never see a NOT_CONTROLLER from a lone node.
@@ -334,5 +360,70 @@ class ControllerNode(ServingNode):
         return known
 
     # -- write paths used by handlers -----------------------------------------
-    async def submit(self, command):
+    async def submit(self, command, *, gated: bool = False):
+        """Runs a controller command. `gated`: an operator's metadata write, which waits
+        (bounded) while a migration's ZooKeeper write-behind is too far behind and then
+        fails with WritesBlockedError (KIP-866)."""
+        if gated and self.migration is not None and self.controller.active:
+            if not await self.migration.wait_writes_allowed(WRITES_BLOCKED_WAIT_S):
+                raise WritesBlockedError(
+                    f"ZooKeeper is {self.migration.write_lag()} records behind the metadata log "
+                    f"(bound {self.migration.max_lag_records}) or unreachable; retry later")
         return await self.controller.submit(command)
+
+    # -- KIP-866 finalization and metrics ---------------------------------------
+    async def _finalize_migration(self) -> None:
+        """A controller restarted with the migration switched off finalizes a migration
+        whose brokers all run in KRaft mode (ZkMigrationStateRecord POST_MIGRATION)."""
+        from server.migration.copy import migration_state_record
+        while True:
+            await self.controller.wait_active()
+            if ZkMigrationState(self.state.zk_migration_state) == ZkMigrationState.MIGRATION:
+                zk_brokers = sorted(b.broker_id for b in self.state.brokers.values()
+                                    if b.is_migrating_zk_broker and not b.fenced)
+                if zk_brokers:
+                    log.error(Event.MIGRATION_STATE, state="MigrationActive",
+                              error=f"cannot finalize: brokers {zk_brokers} still run in ZooKeeper mode; restart "
+                                    "them as KRaft brokers, or re-enable kafka.metadata.migration.enable")
+                else:
+                    def finalize(state, tracker, next_offset, now_ms):
+                        if ZkMigrationState(state.zk_migration_state) != ZkMigrationState.MIGRATION:
+                            return commands.ControllerResult([], {})
+                        return commands.ControllerResult([migration_state_record(ZkMigrationState.POST_MIGRATION)], {})
+                    try:
+                        await self.controller.submit(finalize)
+                        log.info(Event.MIGRATION_STATE, state="KRaft", note="migration finalized")
+                    except NotControllerError:
+                        pass
+            await self.controller.wait_inactive()
+
+    def migration_kip_state(self) -> int:
+        if self.migration is not None:
+            return int(self.migration.kip_state())
+        return int(kip_state(ZkMigrationState(self.state.zk_migration_state), False, 0))
+
+    def refresh_metrics(self) -> None:
+        """Sets the gauges derived from state (called on every scrape)."""
+        metrics = self.metrics
+        state = self.state
+        driver = self.raft_driver
+        active = self.controller is not None and self.controller.active
+        metrics.active_controller.set(1 if active else 0)
+        if driver is not None:
+            metrics.raft_epoch.set(driver.epoch)
+            metrics.raft_leader.set(driver.leader_id if driver.leader_id is not None else -1)
+            metrics.raft_high_watermark.set(driver.high_watermark)
+            metrics.raft_log_end_offset.set(driver.storage.end_offset)
+        if state is None:
+            return
+        metrics.features.clear()
+        for feature, level in sorted(state.all_finalized_levels().items()):
+            metrics.features.labels(feature=feature, level=str(level)).set(1)
+        fenced = sum(1 for b in state.brokers.values() if b.fenced)
+        metrics.registered_brokers.labels(fenced="true").set(fenced)
+        metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
+        metrics.metadata_type.set(3)  # a controller's metadata is the KRaft log
+        if active:
+            metrics.migration_state.set(self.migration_kip_state())
+            lag = self.migration.write_lag() if self.migration is not None else -1
+            metrics.zookeeper_write_behind_lag.set(max(lag, 0))

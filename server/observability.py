@@ -144,3 +144,34 @@ class Metrics:
         self.finalized_metadata_version = Gauge(
             "kraftwerk_finalized_metadata_version", "Finalized metadata.version level", registry=self.registry
         )
+        # KIP-866's metrics, named after their MBeans (kafka.controller:type=KafkaController,...).
+        self.features = Gauge(
+            "kafka_controller_features", "Finalized features: 1 for each (feature, level) in force",
+            ["feature", "level"], registry=self.registry,
+        )
+        self.migration_state = Gauge(
+            "kafka_controller_migration_state",
+            "ZooKeeper migration state (KIP-866: 1 ZooKeeper, 2 MigrationEligible, 3 MigrationReady, "
+            "4 MigrationActive, 5 MigrationFinished, 6 KRaft); active controller only", registry=self.registry,
+        )
+        self.zookeeper_write_behind_lag = Gauge(
+            "kafka_controller_zookeeper_write_behind_lag",
+            "Committed metadata records not yet written to ZooKeeper; active controller only",
+            registry=self.registry,
+        )
+        self.metadata_type = Gauge(
+            "kafka_server_metadata_type", "Where this node's metadata comes from (1 ZooKeeper, 2 Dual, 3 KRaft)",
+            registry=self.registry,
+        )
+        self.active_controller = Gauge(
+            "kafka_controller_active_controller_count", "1 on the active controller", registry=self.registry,
+        )
+        self.raft_epoch = Gauge("kraftwerk_raft_epoch", "Current Raft epoch", registry=self.registry)
+        self.raft_leader = Gauge("kraftwerk_raft_leader_id", "Current Raft leader (-1: unknown)",
+                                 registry=self.registry)
+        self.raft_high_watermark = Gauge("kraftwerk_raft_high_watermark", "Raft high watermark",
+                                         registry=self.registry)
+        self.raft_log_end_offset = Gauge("kraftwerk_raft_log_end_offset", "Raft log end offset",
+                                         registry=self.registry)
+        self.registered_brokers = Gauge("kraftwerk_registered_brokers", "Registered brokers",
+                                        ["fenced"], registry=self.registry)

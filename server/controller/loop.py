@@ -90,6 +90,11 @@ class NotControllerError(Exception):
         self.leader_id = leader_id
 
 
+class WritesBlockedError(Exception):
+    """The active controller refuses new operator writes for now (KIP-866: ZooKeeper is
+    too far behind or unreachable during a migration's dual writes). Retriable."""
+
+
 class UnsupportedFinalizedLevelError(Exception):
     """KIP-778: the quorum finalized a level this node's software cannot run."""
 

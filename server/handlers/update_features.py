@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from server.controller import commands
-from server.controller.loop import NotControllerError
+from server.controller.loop import NotControllerError, WritesBlockedError
 from server.observability import Event, get_logger
 
 log = get_logger("controller")
@@ -26,8 +26,13 @@ async def handle(ctx, request):
     try:
         result = await node.submit(
             lambda state, tracker, next_offset, now_ms: commands.update_features(
-                state, request, version, config, node.quorum_supported_features())
+                state, request, version, config, node.quorum_supported_features()),
+            gated=not request.validate_only,
         )
+    except WritesBlockedError as exc:
+        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.REQUEST_TIMED_OUT, "error_message": str(exc),
+                "results": []}
     except NotControllerError as exc:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER,
                 "error_message": f"This node is not the active controller (leader: {exc.leader_id}).",
