@@ -147,6 +147,10 @@ def cmd_controller(args) -> int:
     node = _open_node(ControllerNode, _load_config(args))
 
     async def resign() -> None:
+        if node.migration is not None:
+            # KIP-866: a clean shutdown writes what ZooKeeper still lacks first, so a
+            # rollback to ZooKeeper loses nothing that was committed.
+            await node.migration.drain(MIGRATION_DRAIN_TIMEOUT_S)
         # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so the others
         # elect a new leader at once instead of after a fetch timeout.
         with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
@@ -277,6 +281,7 @@ async def _connect(args):
 
 
 NOT_CONTROLLER = 41
+MIGRATION_DRAIN_TIMEOUT_S = 30.0
 CONTROLLER_RETRY_BACKOFF_S = 0.2
 
 
@@ -496,9 +501,50 @@ async def describe_migration(args) -> list[str]:
     return lines
 
 
+def rollback_zookeeper(hosts: str) -> list[str]:
+    """KIP-866's last rollback step, after the brokers run in ZooKeeper mode again and the
+    KRaft quorum was shut down cleanly: remove the persistent /controller and
+    /controller_epoch the KRaft controller wrote, so ZooKeeper brokers elect a controller.
+    /migration is left (a later migration starts over from the log, never from it)."""
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
+
+    from server.zk import paths as zp
+
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    client.start(timeout=15.0)
+    try:
+        lines = []
+        try:
+            data, stat = client.get(zp.CONTROLLER_PATH)
+        except NoNodeError:
+            return ["/controller is absent: nothing to roll back"]
+        controller = zp.ControllerZnode.decode(data)
+        if not controller.is_kraft:
+            raise CommandError(f"/controller belongs to ZooKeeper broker {controller.broker_id}, not a KRaft "
+                               "controller: nothing to roll back")
+        client.delete(zp.CONTROLLER_PATH, version=stat.version)
+        lines.append(f"deleted /controller (KRaft controller {controller.broker_id}, "
+                     f"epoch {controller.kraft_controller_epoch})")
+        try:
+            client.delete(zp.CONTROLLER_EPOCH_PATH)
+            lines.append("deleted /controller_epoch")
+        except NoNodeError:
+            pass
+        lines.append("ZooKeeper brokers can elect a controller again; /migration is kept (harmless)")
+        return lines
+    finally:
+        client.stop()
+        client.close()
+
+
 def cmd_migration(args) -> int:
     if args.migration_command == "status":
         for line in trio.run(describe_migration, args):
+            print(line)
+        return EXIT_OK
+    if args.migration_command == "rollback":
+        for line in rollback_zookeeper(args.zookeeper):
             print(line)
         return EXIT_OK
     raise CommandError(f"unknown migration command {args.migration_command}")
@@ -788,6 +834,9 @@ def build_parser() -> argparse.ArgumentParser:
     migration_sub = migration.add_subparsers(dest="migration_command", required=True)
     mstatus = migration_sub.add_parser("status", help="the migration's state, write-behind lag and blockers")
     _add_bootstrap(mstatus)
+    mrollback = migration_sub.add_parser(
+        "rollback", help="after a clean shutdown of the KRaft quorum: hand ZooKeeper's controller role back")
+    mrollback.add_argument("--zookeeper", required=True, help="zookeeper.connect of the cluster")
     migration.set_defaults(func=cmd_migration)
 
     cluster = sub.add_parser("cluster", help="run a local cluster of real processes")

@@ -178,6 +178,7 @@ class MigrationDriver:
         self._migration_version: int | None = None
         self._mirror: ZkMirror | None = None
         self._progress = trio.Event()  # set whenever the lag may have fallen
+        self._draining = False  # a clean shutdown: no new operator writes
 
     # ---- views -------------------------------------------------------------
 
@@ -202,6 +203,8 @@ class MigrationDriver:
         return max(0, self.loop.replayed_end_offset - 1 - self.status.zk_last_offset)
 
     def writes_allowed(self) -> bool:
+        if self._draining:
+            return False
         if not self.status.dual_writing:
             return True
         blocked = (not self.status.zk_connected) or self.write_lag() > self.max_lag_records
@@ -217,6 +220,18 @@ class MigrationDriver:
             while not self.writes_allowed():
                 await self._progress.wait()
             return True
+        return False
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Until ZooKeeper holds every committed record (bounded); True when it does. Used
+        by a clean shutdown: operator writes are refused meanwhile, nothing new arrives."""
+        self._draining = True
+        self.status.writes_blocked = True
+        with trio.move_on_after(timeout_s):
+            while self.status.dual_writing and self.write_lag() > 0:
+                await self._progress.wait()
+            return True
+        log.warning(Event.MIGRATION_WRITES_BLOCKED, note="shutdown before ZooKeeper caught up", lag=self.write_lag())
         return False
 
     def _signal_progress(self) -> None:
