@@ -92,6 +92,7 @@ ZK_RETRY_S = 1.0
 MIGRATION_CHECK_TIMEOUT_S = 5.0
 UPDATE_METADATA_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 20
+CONFIG_CHANGES_PATH = "/config/changes"
 
 
 class Fenced(Exception):
@@ -310,12 +311,21 @@ class MigrationDriver:
         log.info(Event.MIGRATION_STATE, state=self.kip_state().name, zk_migration_state=recorded.name, epoch=epoch)
         zk = await self._session()
         await self._retrying("claim", lambda: self._claim(zk, epoch, reset_offset=recorded != ZkMigrationState.MIGRATION))
+        await self._retrying("create roots", lambda: self._ensure_roots(zk))
         if self.node.controller.state.in_transaction or self._speculative_in_transaction():
             await self._submit(self._abort_transaction, transactional=True)
         if self.recorded_state() == ZkMigrationState.PRE_MIGRATION:
             await self._wait_for_preconditions(zk)
             await self._copy(zk, epoch)
         await self._dual_write(zk, epoch)
+
+    @staticmethod
+    async def _ensure_roots(zk: ZkSession) -> None:
+        """The parents every dual write creates under (a ZooKeeper-mode cluster has them;
+        a multi cannot create parents)."""
+        for root in (zp.TOPICS_PATH, zp.config_entity_type_path(zp.CONFIG_TOPICS),
+                     zp.config_entity_type_path(zp.CONFIG_BROKERS), CONFIG_CHANGES_PATH):
+            await zk.ensure_path(root)
 
     def _speculative_in_transaction(self) -> bool:
         speculative = getattr(self.loop, "_speculative", None)
