@@ -16,11 +16,16 @@ from protocol.apis import (
     broker_heartbeat,
     broker_registration,
     controller_registration,
+    create_topics,
+    delete_topics,
     describe_cluster,
+    describe_configs,
+    describe_migration,
     describe_quorum,
     end_quorum_epoch,
     fetch,
     fetch_snapshot,
+    incremental_alter_configs,
     metadata,
     migration_check,
     remove_raft_voter,
@@ -34,8 +39,9 @@ from protocol.schema import Message
 
 _MODULES = (
     add_raft_voter, api_versions, begin_quorum_epoch, broker_heartbeat,
-    broker_registration, controller_registration, describe_cluster,
-    describe_quorum, end_quorum_epoch, fetch, fetch_snapshot, metadata, migration_check,
+    broker_registration, controller_registration, create_topics, delete_topics, describe_cluster,
+    describe_configs, describe_migration, describe_quorum, end_quorum_epoch, fetch, fetch_snapshot,
+    incremental_alter_configs, metadata, migration_check,
     remove_raft_voter, unregister_broker, update_features, update_metadata, update_raft_voter, vote,
 )
 

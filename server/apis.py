@@ -78,8 +78,12 @@ def controller_apis() -> dict[int, ServedApi]:
         api_versions,
         broker_heartbeat,
         broker_registration,
+        create_topics,
+        delete_topics,
         describe_cluster,
+        describe_configs,
         describe_quorum,
+        incremental_alter_configs,
         metadata,
         unregister_broker,
         update_features,
@@ -96,6 +100,11 @@ def controller_apis() -> dict[int, ServedApi]:
         served(62, 0, 4, broker_registration.handle, is_async=True),
         served(63, 0, 1, broker_heartbeat.handle, is_async=True),
         served(64, 0, 0, unregister_broker.handle, is_async=True),
+        # Topics and configs (issue 6: real metadata changes for the ZooKeeper migration).
+        served(19, 0, 7, create_topics.handle, is_async=True),
+        served(20, 0, 6, delete_topics.handle, is_async=True),
+        served(32, 0, 4, describe_configs.handle),
+        served(44, 0, 1, incremental_alter_configs.handle, is_async=True),
         # KRaft RPCs between controllers (and, with issue 4, broker observers).
         served(1, 17, 17, rpc.serve, is_async=True),
         served(52, 0, 1, rpc.serve, is_async=True),
@@ -109,13 +118,17 @@ def controller_apis() -> dict[int, ServedApi]:
 def broker_apis() -> dict[int, ServedApi]:
     """What the broker agent serves to clients: the read APIs from its own metadata
     image, and the controller APIs it forwards to the active controller."""
-    from server.handlers import api_versions, describe_cluster, forwarded, metadata
+    from server.handlers import api_versions, describe_cluster, describe_configs, forwarded, metadata
 
     table = [
         served(18, 0, 4, api_versions.handle),
         served(3, 0, 12, metadata.handle),
         served(60, 0, 1, describe_cluster.handle),
+        served(32, 0, 4, describe_configs.handle),
         served(57, 0, 2, forwarded.handle, is_async=True),
         served(55, 0, 2, forwarded.handle, is_async=True),
+        served(19, 0, 7, forwarded.handle, is_async=True),
+        served(20, 0, 6, forwarded.handle, is_async=True),
+        served(44, 0, 1, forwarded.handle, is_async=True),
     ]
     return {api.api_key: api for api in table}

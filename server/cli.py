@@ -83,6 +83,11 @@ def _first_leaf(group: BaseException) -> BaseException:
 def cmd_broker(args) -> int:
     from dataclasses import replace
 
+    if args.zookeeper:
+        from server.zkbroker.cli import run as run_zk_broker
+
+        return run_zk_broker(args)
+
     from server.broker.lifecycle import BrokerFatalError
     from server.broker.node import BrokerNode
     config = _load_config(args)
@@ -790,6 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(broker, required=False)
     broker.add_argument("--port-file", help="write the bound port here once listening")
     broker.add_argument("--release", help="act as this Apache Kafka release (e.g. 3.6): its feature ranges")
+    from server.zkbroker.cli import add_arguments as add_zk_broker_arguments
+    # --zookeeper HOST:PORT (or zookeeper.connect without process.roles) runs a ZooKeeper-mode
+    # broker instead (KIP-866's starting point).
+    add_zk_broker_arguments(broker)
     broker.set_defaults(func=cmd_broker)
 
     storage = sub.add_parser("storage", help="format a metadata directory")

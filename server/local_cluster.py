@@ -129,11 +129,12 @@ def format_controller(spec: ControllerSpec, cluster_id: str, metadata_version: s
         raise LocalClusterError(f"formatting {spec.role} {spec.node_id} failed: {result.stderr.strip()}")
 
 
-def start_controller(spec: ControllerSpec) -> ControllerProcess:
+def start_controller(spec: ControllerSpec, extra_args: tuple[str, ...] = ()) -> ControllerProcess:
+    """Starts `kraftwerk <role> --config ... [extra_args]` and waits for its port file."""
     spec.port_file.unlink(missing_ok=True)
     handle = open(spec.log_path, "ab")
     process = subprocess.Popen(
-        CLI + [spec.role, "--config", str(spec.config_path), "--port-file", str(spec.port_file)],
+        CLI + [spec.role, "--config", str(spec.config_path), "--port-file", str(spec.port_file), *extra_args],
         stdout=handle, stderr=handle, start_new_session=True,
     )
     deadline = time.monotonic() + START_TIMEOUT_S

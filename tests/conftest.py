@@ -19,3 +19,30 @@ def spark():
         yield session
     finally:
         session.stop()
+
+
+# --------------------------------------------------------------------------
+# ZooKeeper (issue 6): a real ZooKeeper 3.8 server per test
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def zookeeper(tmp_path):
+    """A fresh ZooKeeper server (own data dir, free port) for one test; skipped with
+    the reason when java or Debian's zookeeper.jar is absent."""
+    from server.zk.process import ZooKeeperProcess, zookeeper_missing
+
+    reason = zookeeper_missing()
+    if reason is not None:
+        pytest.skip(f"ZooKeeper unavailable: {reason}")
+    process = ZooKeeperProcess(tmp_path / "zookeeper")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def zk_hosts(zookeeper) -> str:
+    """The connect string of the `zookeeper` fixture's server: "127.0.0.1:PORT"."""
+    return zookeeper.hosts

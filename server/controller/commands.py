@@ -299,6 +299,21 @@ def update_features(
                             atomic=True)
 
 
+def _image_losses(state: ControllerState, from_level: int, to_level: int) -> list[str]:
+    """What the projection in `ControllerState._project_image` drops besides registrations:
+    partition log directories below 3.7-IV2, the ZK migration state below 3.4-IV0."""
+    lines = []
+    if ft.directory_assignment_supported(from_level) and not ft.directory_assignment_supported(to_level):
+        count = sum(1 for topic in state.topics().values() for p in topic.partitions.values() if p.directories)
+        if count:
+            lines.append(f"{count} partition(s): PartitionRecord.Directories "
+                         f"(since {ft.metadata_version_from_level(ft.IBP_3_7_IV2)})")
+    if from_level >= ft.IBP_3_4_IV0 > to_level and state.zk_migration_state != 0:
+        lines.append(f"ZkMigrationStateRecord = {state.zk_migration_state} "
+                     f"(since {ft.metadata_version_from_level(ft.IBP_3_4_IV0)})")
+    return lines
+
+
 def unsafe_downgrade_note(state: ControllerState, records: list[MetadataRecord]) -> str | None:
     """What a lossy metadata.version downgrade among `records` drops from `state`, or None."""
     current = state.metadata_version
@@ -309,6 +324,7 @@ def unsafe_downgrade_note(state: ControllerState, records: list[MetadataRecord])
         if level >= current or ft.is_lossless_downgrade(current, level):
             continue
         lost = downgrade.losses(state.brokers.values(), current, level)
+        lost.extend(_image_losses(state, current, level))
         types = downgrade.dropped_record_types(current, level)
         note = (f"UNSAFE downgrade of metadata.version from {ft.metadata_version_from_level(current)} to "
                 f"{ft.metadata_version_from_level(level)} drops: "
@@ -370,6 +386,12 @@ def register_broker(
         return _registration_error(
             ErrorCode.DUPLICATE_BROKER_REGISTRATION, "Another broker is registered with that broker id."
         )
+    if existing is not None and existing.is_migrating_zk_broker and not existing.fenced:
+        # KIP-866: a ZooKeeper-mode broker with this id is alive (its ZooKeeper session);
+        # it is fenced once that session ends, and this broker's retry then succeeds.
+        return _registration_error(
+            ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+            f"Broker {broker_id} is still registered in ZooKeeper mode; it must stop first.")
     if api_version >= 1 and _field(request, "is_migrating_zk_broker", False):
         return _registration_error(
             ErrorCode.BROKER_ID_NOT_REGISTERED, "Controller does not support registering ZK brokers."
@@ -460,7 +482,7 @@ CONTROLLED_SHUTDOWN = "controlled_shutdown"
 SHUTDOWN_NOW = "shutdown_now"
 
 
-def _fence_record(state: ControllerState, registration: BrokerRegistration) -> MetadataRecord:
+def fence_record(state: ControllerState, registration: BrokerRegistration) -> MetadataRecord:
     mv = _require_metadata_version(state)
     if ft.broker_registration_change_record_supported(mv):
         return record(
@@ -471,7 +493,7 @@ def _fence_record(state: ControllerState, registration: BrokerRegistration) -> M
     return record(mr.FENCE_BROKER_RECORD, {"id": registration.broker_id, "epoch": registration.epoch}, version=0)
 
 
-def _unfence_record(state: ControllerState, registration: BrokerRegistration) -> MetadataRecord:
+def unfence_record(state: ControllerState, registration: BrokerRegistration) -> MetadataRecord:
     mv = _require_metadata_version(state)
     if ft.broker_registration_change_record_supported(mv):
         return record(
@@ -573,9 +595,9 @@ def broker_heartbeat(
     records: list[MetadataRecord] = []
     if following != current:
         if following in (FENCED, SHUTDOWN_NOW):
-            records.append(_fence_record(state, registration))
+            records.append(fence_record(state, registration))
         elif following == UNFENCED:
-            records.append(_unfence_record(state, registration))
+            records.append(unfence_record(state, registration))
         elif following == CONTROLLED_SHUTDOWN:
             records.extend(_controlled_shutdown_records(state, registration))
     return ControllerResult(
@@ -618,15 +640,17 @@ def fence_expired_brokers(
     state: ControllerState, tracker: BrokerHeartbeatTracker, now_ms: int, config: ControllerConfig
 ) -> ControllerResult:
     """Fence every unfenced broker whose session (last heartbeat for its current
-    epoch) is older than the session timeout. The response lists them by id."""
+    epoch) is older than the session timeout. The response lists them by id.
+    ZooKeeper-mode brokers of a migration never heartbeat: their liveness is their
+    ZooKeeper session, followed by the migration driver (server/migration/brokers.py)."""
     records: list[MetadataRecord] = []
     fenced_ids: list[int] = []
     for broker_id in sorted(state.brokers):
         registration = state.brokers[broker_id]
-        if registration.fenced:
+        if registration.fenced or registration.is_migrating_zk_broker:
             continue
         if tracker.is_expired(broker_id, registration.epoch, now_ms):
-            records.append(_fence_record(state, registration))
+            records.append(fence_record(state, registration))
             fenced_ids.append(broker_id)
     return ControllerResult(records, {"fenced_broker_ids": fenced_ids})
 

@@ -22,10 +22,14 @@ Rules kept here:
   record headers, so the file stays a valid Kafka snapshot, and the metadata
   record values are exactly what Kafka would write. Offsets are chosen so they
   increase in file order: each RegisterBrokerRecord at its registration offset;
-  the FeatureLevelRecords (metadata.version first) and a KRaftVersion control
-  record (when kraft.version > 0) in the highest free offsets up to the last
-  applied offset, so the last record replayed lands on it; a NoOpRecord there
-  when nothing else does.
+  the FeatureLevelRecords (metadata.version first), the ZkMigrationStateRecord
+  (when not NONE), then per topic (by name) its
+  TopicRecord and PartitionRecords (by index), then the ConfigRecords (by
+  resource and name), and a KRaftVersion control record (when kraft.version > 0)
+  in the highest free offsets up to the last applied offset, so the last record
+  replayed lands on it; a NoOpRecord there when nothing else does. Every item of
+  the image came from a record at an offset of its own, so they always fit.
+- PartitionRecord is written at v0, or v1 when the partition holds log directories.
 - RegisterBrokerRecord is written at the version the finalized metadata.version
   implies, raised to the lowest version that can carry what the registration
   holds (controlled shutdown v1, ZK migration v2, log dirs v3), so nothing is lost.
@@ -50,7 +54,7 @@ from protocol.record_batch import ControlRecordType, control_record_type
 from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record, record
 from server.controller import features as ft
 from server.controller.features import METADATA_VERSION
-from server.controller.state import BrokerRegistration, ControllerState, ReplayError
+from server.controller.state import BrokerRegistration, ControllerState, PartitionImage, ReplayError
 from server.observability import Event, get_logger
 from server.storage.log import MetadataLog
 from server.storage.snapshot import (
@@ -148,6 +152,10 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
     if METADATA_VERSION in levels:
         floating.append((_feature_level_record(METADATA_VERSION, levels.pop(METADATA_VERSION)), None))
     floating.extend((_feature_level_record(name, level), None) for name, level in sorted(levels.items()))
+    if state.zk_migration_state != 0:
+        floating.append((record(mr.ZK_MIGRATION_STATE_RECORD, {"zk_migration_state": state.zk_migration_state},
+                                version=0), None))
+    floating.extend((item, None) for item in topic_and_config_records(state))
     if state.kraft_version > 0:
         floating.append((None, state.kraft_version))
     if not floating and last_offset not in pinned:
@@ -171,6 +179,41 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
     items.extend(SnapshotItem(slot, item, level) for slot, (item, level) in zip(slots, floating))
     items.sort(key=lambda item: item.offset)
     return items
+
+
+def partition_record(topic_id, index: int, partition: PartitionImage) -> MetadataRecord:
+    """The PartitionRecord that replays to `partition`."""
+    data = {
+        "partition_id": index,
+        "topic_id": topic_id,
+        "replicas": list(partition.replicas),
+        "isr": list(partition.isr),
+        "removing_replicas": list(partition.removing_replicas),
+        "adding_replicas": list(partition.adding_replicas),
+        "leader": partition.leader,
+        "leader_recovery_state": partition.leader_recovery_state,
+        "leader_epoch": partition.leader_epoch,
+        "partition_epoch": partition.partition_epoch,
+        "directories": list(partition.directories),
+    }
+    return record(mr.PARTITION_RECORD, data, version=1 if partition.directories else 0)
+
+
+def topic_and_config_records(state: ControllerState) -> list[MetadataRecord]:
+    """TopicRecord + PartitionRecords per topic (by name), then every ConfigRecord."""
+    records: list[MetadataRecord] = []
+    topics = state.topics()
+    for name in sorted(topics):
+        topic = topics[name]
+        records.append(record(mr.TOPIC_RECORD, {"name": name, "topic_id": topic.topic_id}, version=0))
+        for index in sorted(topic.partitions):
+            records.append(partition_record(topic.topic_id, index, topic.partitions[index]))
+    for resource_type, resource_name in state.config_resources():
+        values = state.configs(resource_type, resource_name)
+        for key in sorted(values):
+            records.append(record(mr.CONFIG_RECORD, {"resource_type": resource_type, "resource_name": resource_name,
+                                                     "name": key, "value": values[key]}, version=0))
+    return records
 
 
 def _feature_level_record(name: str, level: int) -> MetadataRecord:

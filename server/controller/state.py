@@ -1,8 +1,9 @@
 """The controller's metadata image, rebuilt only by replaying metadata records.
 
 Owns: `ControllerState` (finalized features, their epoch, broker registrations,
-the open metadata transaction), the typed registration values, and the volatile
-`BrokerHeartbeatTracker`.
+topics with their partitions, configs, the ZK migration state, the open metadata
+transaction), the typed
+registration / topic / partition values, and the volatile `BrokerHeartbeatTracker`.
 
 Rules kept here:
 - `ControllerState.replay(record, offset)` is the ONLY way the image changes (plus
@@ -13,6 +14,18 @@ Rules kept here:
   anything is changed: the log is authoritative, so a mismatch is a bug.
 - Heartbeat times are not in the log and not in the image: they live in
   `BrokerHeartbeatTracker`, which a new leader seeds when it activates.
+- Topics are keyed by topic id (the log's identity for a topic: PartitionRecord and
+  RemoveTopicRecord name the id, not the name); a name index is kept beside them.
+  A TopicRecord for a name held by another id (or an id held by another name) is a
+  ReplayError; the same (name, id) again restarts the topic with no partitions, as in
+  Kafka (the PartitionRecords that follow rebuild them).
+  RemoveTopicRecord drops the topic, its partitions and its topic configs, as Kafka's
+  replay does. A ConfigRecord whose value is null deletes that key; a resource with no
+  keys left is gone. Configs are not checked against existing topics: ZooKeeper
+  migration may copy a topic's configs before the topic itself.
+- Readers get immutable values (`TopicImage`, `PartitionImage`, read-only mappings),
+  built lazily and cached per topic, so a replayed PartitionRecord costs O(1) and a
+  reader never sees a view change under it.
 """
 
 from __future__ import annotations
@@ -26,9 +39,11 @@ from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
 from server.controller.downgrade import project_registration
 from server.controller.features import (
+    IBP_3_4_IV0,
     KRAFT_VERSION,
     METADATA_VERSION,
     SupportedRange,
+    directory_assignment_supported,
 )
 
 
@@ -88,6 +103,61 @@ SHUTDOWN_CHANGE_NONE = 0
 SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN = 1
 
 
+# ConfigRecord.ResourceType values (Kafka's ConfigResource.Type).
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+_EMPTY_MAPPING: Mapping = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    """One partition as its latest PartitionRecord describes it."""
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader_recovery_state: int = 0
+    # PartitionRecord v1+ (metadata.version 3.7-IV2): the log directory of each replica.
+    directories: tuple[uuid.UUID, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    """A topic: its name, id and partitions (a read-only mapping by partition index)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionImage]
+
+
+class _TopicEntry:
+    """A topic inside the image: mutable partitions plus a cached immutable view."""
+
+    __slots__ = ("name", "topic_id", "partitions", "view")
+
+    def __init__(self, name: str, topic_id: uuid.UUID, partitions: dict[int, PartitionImage]) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.partitions = partitions
+        self.view: TopicImage | None = None
+
+    def image(self) -> TopicImage:
+        if self.view is None:
+            self.view = TopicImage(self.name, self.topic_id, MappingProxyType(dict(self.partitions)))
+        return self.view
+
+    def copy(self) -> "_TopicEntry":
+        entry = _TopicEntry(self.name, self.topic_id, dict(self.partitions))
+        entry.view = self.view  # immutable, still accurate
+        return entry
+
+
 @dataclass(slots=True)
 class _Image:
     """The part of the state an aborted metadata transaction rolls back."""
@@ -98,10 +168,24 @@ class _Image:
     # Derived from `brokers` (which broker registered each log directory), kept so a
     # registration checks its directories in O(its directories), not O(all brokers).
     directory_owners: dict = field(default_factory=dict, compare=False)
+    topics: dict[uuid.UUID, _TopicEntry] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # name -> id
+    # (resource type, resource name) -> {config name: value}
+    configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
+    # Cache of the `topics()` view; None after any topic change.
+    topics_view: Mapping[str, TopicImage] | None = None
+    # ZkMigrationStateRecord.ZkMigrationState (Kafka's values; 0 NONE when never written).
+    zk_migration_state: int = 0
 
     def copy(self) -> "_Image":
-        return _Image(dict(self.finalized_levels), self.kraft_version, dict(self.brokers),
-                      dict(self.directory_owners))
+        return _Image(
+            dict(self.finalized_levels), self.kraft_version, dict(self.brokers), dict(self.directory_owners),
+            {topic_id: entry.copy() for topic_id, entry in self.topics.items()},
+            dict(self.topic_ids),
+            {resource: dict(values) for resource, values in self.configs.items()},
+            self.topics_view,
+            self.zk_migration_state,
+        )
 
 
 class ControllerState:
@@ -170,6 +254,39 @@ class ControllerState:
         return self._image.brokers.get(broker_id)
 
     @property
+    def zk_migration_state(self) -> int:
+        """The last ZkMigrationStateRecord's value (Kafka's ZkMigrationState: 0 NONE,
+        1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION, 4 ZK); 0 when none was written."""
+        return self._image.zk_migration_state
+
+    def topics(self) -> Mapping[str, TopicImage]:
+        """Every topic by name (a read-only snapshot; later replays do not change it)."""
+        image = self._image
+        if image.topics_view is None:
+            image.topics_view = MappingProxyType(
+                {name: image.topics[topic_id].image() for name, topic_id in image.topic_ids.items()}
+            )
+        return image.topics_view
+
+    def topic(self, name: str) -> TopicImage | None:
+        topic_id = self._image.topic_ids.get(name)
+        return None if topic_id is None else self._image.topics[topic_id].image()
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
+        entry = self._image.topics.get(topic_id)
+        return None if entry is None else entry.image()
+
+    def configs(self, resource_type: int, resource_name: str) -> Mapping[str, str]:
+        """The configs set on one resource (ConfigRecord.ResourceType, name); empty if none.
+        The cluster-wide broker default resource is (RESOURCE_BROKER, "")."""
+        values = self._image.configs.get((resource_type, resource_name))
+        return _EMPTY_MAPPING if values is None else MappingProxyType(dict(values))
+
+    def config_resources(self) -> tuple[tuple[int, str], ...]:
+        """Every (resource type, resource name) with at least one config, sorted."""
+        return tuple(sorted(self._image.configs))
+
+    @property
     def in_transaction(self) -> bool:
         return self._transaction_start is not None
 
@@ -184,6 +301,9 @@ class ControllerState:
             "finalized_levels": dict(self._image.finalized_levels),
             "kraft_version": self._image.kraft_version,
             "brokers": dict(self._image.brokers),
+            "topics": {entry.topic_id: entry.image() for entry in self._image.topics.values()},
+            "configs": {resource: dict(values) for resource, values in self._image.configs.items()},
+            "zk_migration_state": self._image.zk_migration_state,
             "last_applied_offset": self._last_applied_offset,
             "transaction_start": self._transaction_start,
         }
@@ -206,8 +326,8 @@ class ControllerState:
             raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
         handler = _HANDLERS.get(record.message.api_key)
         if handler is None:
-            # Records we do not model (topics, configs, ...) still advance the
-            # offset: the image is "as of" that offset even if it ignores them.
+            # Records we do not model (partition changes, ACLs, quotas, ...) still
+            # advance the offset: the image is "as of" that offset even if it ignores them.
             self._last_applied_offset = offset
             return
         handler(self, record.data, offset)
@@ -259,6 +379,17 @@ class ControllerState:
                 if not projected.log_dirs and registration.log_dirs:
                     self._forget_directories(registration)
                 brokers[broker_id] = projected
+        if from_level >= IBP_3_4_IV0 > to_level:
+            # ZkMigrationStateRecord came with 3.4-IV0: below it there is no migration state.
+            self._image.zk_migration_state = 0
+        if directory_assignment_supported(from_level) and not directory_assignment_supported(to_level):
+            # PartitionRecord.Directories came with 3.7-IV2, like RegisterBrokerRecord.LogDirs.
+            for entry in self._image.topics.values():
+                if any(p.directories for p in entry.partitions.values()):
+                    entry.partitions = {index: replace(p, directories=()) if p.directories else p
+                                        for index, p in entry.partitions.items()}
+                    entry.view = None
+                    self._image.topics_view = None
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
         features = {
@@ -344,6 +475,79 @@ class ControllerState:
     def _replay_no_op(self, data: Any, offset: int) -> None:
         pass
 
+    def _replay_topic(self, data: Any, offset: int) -> None:
+        name = _get(data, "name")
+        topic_id = _get(data, "topic_id")
+        if not name:
+            raise ReplayError(f"TopicRecord at {offset}: empty topic name")
+        if topic_id is None or topic_id.int == 0:
+            raise ReplayError(f"TopicRecord {name} at {offset}: no topic id")
+        known_id = self._image.topic_ids.get(name)
+        if known_id is not None and known_id != topic_id:
+            raise ReplayError(f"TopicRecord at {offset}: topic {name} already exists with id {known_id}")
+        if known_id is None and topic_id in self._image.topics:
+            raise ReplayError(f"TopicRecord {name} at {offset}: topic id {topic_id} is already "
+                              f"used by {self._image.topics[topic_id].name}")
+        # The same (name, id) again starts the topic afresh, as Kafka's replay does: the
+        # PartitionRecords after it describe its partitions (a repeated migration copy).
+        self._image.topics[topic_id] = _TopicEntry(name, topic_id, {})
+        self._image.topic_ids[name] = topic_id
+        self._image.topics_view = None
+
+    def _replay_partition(self, data: Any, offset: int) -> None:
+        topic_id = _get(data, "topic_id")
+        entry = self._image.topics.get(topic_id)
+        if entry is None:
+            raise ReplayError(f"PartitionRecord at {offset}: no topic with id {topic_id}")
+        index = _get(data, "partition_id")
+        if index is None or index < 0:
+            raise ReplayError(f"PartitionRecord at {offset} for {entry.name}: bad partition id {index}")
+        entry.partitions[index] = PartitionImage(
+            replicas=tuple(_get(data, "replicas", ())),
+            isr=tuple(_get(data, "isr", ())),
+            leader=_get(data, "leader", -1),
+            leader_epoch=_get(data, "leader_epoch", -1),
+            partition_epoch=_get(data, "partition_epoch", -1),
+            removing_replicas=tuple(_get(data, "removing_replicas", ())),
+            adding_replicas=tuple(_get(data, "adding_replicas", ())),
+            leader_recovery_state=_get(data, "leader_recovery_state", 0),
+            directories=tuple(_get(data, "directories", ())),
+        )
+        entry.view = None
+        self._image.topics_view = None
+
+    def _replay_remove_topic(self, data: Any, offset: int) -> None:
+        topic_id = _get(data, "topic_id")
+        entry = self._image.topics.get(topic_id)
+        if entry is None:
+            raise ReplayError(f"RemoveTopicRecord at {offset}: no topic with id {topic_id}")
+        del self._image.topics[topic_id]
+        del self._image.topic_ids[entry.name]
+        self._image.configs.pop((RESOURCE_TOPIC, entry.name), None)
+        self._image.topics_view = None
+
+    def _replay_config(self, data: Any, offset: int) -> None:
+        resource = (_get(data, "resource_type"), _get(data, "resource_name"))
+        name = _get(data, "name")
+        if resource[1] is None or name is None:
+            raise ReplayError(f"ConfigRecord at {offset}: resource name and config name are required")
+        value = data.get("value") if hasattr(data, "get") else getattr(data, "value", None)
+        configs = self._image.configs
+        if value is None:
+            values = configs.get(resource)
+            if values is not None:
+                values.pop(name, None)
+                if not values:
+                    del configs[resource]
+        else:
+            configs.setdefault(resource, {})[name] = value
+
+    def _replay_zk_migration_state(self, data: Any, offset: int) -> None:
+        value = _get(data, "zk_migration_state")
+        if value not in (0, 1, 2, 3, 4):
+            raise ReplayError(f"ZkMigrationStateRecord at {offset}: unknown state {value}")
+        self._image.zk_migration_state = value
+
     def _replay_begin_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is not None:
             raise ReplayError(
@@ -376,6 +580,11 @@ _HANDLERS = {
     mr.UNFENCE_BROKER_RECORD.api_key: ControllerState._replay_unfence,
     mr.BROKER_REGISTRATION_CHANGE_RECORD.api_key: ControllerState._replay_registration_change,
     mr.NO_OP_RECORD.api_key: ControllerState._replay_no_op,
+    mr.TOPIC_RECORD.api_key: ControllerState._replay_topic,
+    mr.PARTITION_RECORD.api_key: ControllerState._replay_partition,
+    mr.REMOVE_TOPIC_RECORD.api_key: ControllerState._replay_remove_topic,
+    mr.CONFIG_RECORD.api_key: ControllerState._replay_config,
+    mr.ZK_MIGRATION_STATE_RECORD.api_key: ControllerState._replay_zk_migration_state,
     mr.BEGIN_TRANSACTION_RECORD.api_key: ControllerState._replay_begin_transaction,
     mr.END_TRANSACTION_RECORD.api_key: ControllerState._replay_end_transaction,
     mr.ABORT_TRANSACTION_RECORD.api_key: ControllerState._replay_abort_transaction,

@@ -1,34 +1,91 @@
-"""Metadata (key 3, v0-12): enough for real clients to bootstrap from a controller.
+"""Metadata (key 3, v0-12): enough for real clients to bootstrap, list and describe topics.
 
-kraftwerk's controllers hold no topics, so every named topic is answered
-with UNKNOWN_TOPIC_OR_PARTITION and "all topics" is an empty list. The node
-list holds the controllers serving this listener (clients may connect to any
-node they are given, so only reachable ones are listed); registered brokers
-are listed by DescribeCluster. Kafka's controllers do not serve Metadata at
+Topics and partitions come from the node's committed image (controllers and broker
+agents replay the same log). "All topics" (null topics in v1+, an empty list in v0)
+lists every topic; a named topic that does not exist is answered with
+UNKNOWN_TOPIC_OR_PARTITION (kraftwerk never auto-creates topics, whatever
+AllowAutoTopicCreation says), one asked for by id (v10+) that does not exist with
+UNKNOWN_TOPIC_ID. A partition's offline replicas are those on brokers that are not
+registered and unfenced. The node list holds the nodes serving this listener (clients may
+connect to any node they are given, so only reachable ones are listed); registered
+brokers are listed by DescribeCluster. Kafka's controllers do not serve Metadata at
 all; kraftwerk does so that kafka-python, librdkafka and kcat can bootstrap.
 """
 
 from __future__ import annotations
 
+import uuid
+
 from protocol.errors import ErrorCode
 from server.authorization import AUTHORIZED_OPERATIONS_OMITTED, cluster_authorized_operations
+from server.controller.topics import TopicErrorCode
+
+_NO_ID = uuid.UUID(int=0)
+
+
+def _topic_entry(topic, live_brokers: set[int]) -> dict:
+    partitions = []
+    for index in sorted(topic.partitions):
+        partition = topic.partitions[index]
+        partitions.append({
+            "error_code": ErrorCode.NONE,
+            "partition_index": index,
+            "leader_id": partition.leader,
+            "leader_epoch": partition.leader_epoch,
+            "replica_nodes": list(partition.replicas),
+            "isr_nodes": list(partition.isr),
+            "offline_replicas": [b for b in partition.replicas if b not in live_brokers],
+        })
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": partitions,
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _missing(name, topic_id, code) -> dict:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
 
 
 def handle(ctx, request):
     node = ctx.node
+    state = node.state
     brokers = [
         {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
         for n in node.client_endpoints()
     ]
-    topics = []
-    for topic in request.topics or ():
-        topics.append({
-            "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-            "name": topic.name,
-            "is_internal": False,
-            "partitions": [],
-            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-        })
+    known = state.topics() if state is not None else {}
+    live = {b for b, registration in state.brokers.items() if not registration.fenced} if state is not None else set()
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        topics = [_topic_entry(known[name], live) for name in sorted(known)]
+    else:
+        topics = []
+        for wanted in requested:
+            name = wanted.name
+            if name is None:
+                # v10+: by topic id.
+                topic = state.topic_by_id(wanted.topic_id) if state is not None else None
+                if topic is None:
+                    topics.append(_missing(None if ctx.api_version >= 12 else "", wanted.topic_id,
+                                           TopicErrorCode.UNKNOWN_TOPIC_ID))
+                    continue
+            else:
+                topic = known.get(name)
+                if topic is None:
+                    topics.append(_missing(name, _NO_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+            topics.append(_topic_entry(topic, live))
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,

@@ -82,12 +82,27 @@ def zk_broker_record(broker_id: int, znode: zp.BrokerRegistrationZnode, broker_e
     }, ft.register_broker_record_version(metadata_version))
 
 
+def topic_ids(image: zp.ZkClusterImage) -> dict[str, uuid.UUID]:
+    """Each topic's id. A topic created before topic ids (Kafka < 2.8), or one whose id
+    another topic already has (a damaged ZooKeeper), gets a fresh id, stable per name,
+    so the copy never fails on it; the write-back then records that id in ZooKeeper."""
+    ids: dict[str, uuid.UUID] = {}
+    seen: set[uuid.UUID] = set()
+    for name in sorted(image.topics):
+        text = image.topics[name].assignment.topic_id
+        topic_id = zp.parse_kafka_uuid(text) if text else None
+        if topic_id is None or topic_id in seen or topic_id.int == 0:
+            topic_id = uuid.uuid5(uuid.NAMESPACE_URL, f"kraftwerk:zk-topic:{name}")
+        seen.add(topic_id)
+        ids[name] = topic_id
+    return ids
+
+
 def topic_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
+    ids = topic_ids(image)
     for name in sorted(image.topics):
         topic = image.topics[name]
-        topic_id = (zp.parse_kafka_uuid(topic.assignment.topic_id) if topic.assignment.topic_id
-                    # A topic from before topic ids (Kafka < 2.8): give it one, stable per name.
-                    else uuid.uuid5(uuid.NAMESPACE_URL, f"kraftwerk:zk-topic:{name}"))
+        topic_id = ids[name]
         yield record(mr.TOPIC_RECORD, {"name": name, "topic_id": topic_id}, 0)
         for index in sorted(topic.assignment.partitions):
             replicas = list(topic.assignment.partitions[index])

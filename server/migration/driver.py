@@ -52,6 +52,7 @@ from protocol.records import decode_metadata_record
 from server.client import ClientError, KafkaClient
 from server.controller.commands import ControllerResult
 from server.migration import copy as mcopy
+from server.migration.brokers import zk_broker_records
 from server.migration.state import (
     BrokerCheck,
     MigrationState,
@@ -93,6 +94,11 @@ MIGRATION_CHECK_TIMEOUT_S = 5.0
 UPDATE_METADATA_TIMEOUT_S = 5.0
 CLAIM_ATTEMPTS = 20
 CONFIG_CHANGES_PATH = "/config/changes"
+# Records after which ZooKeeper brokers get a new UpdateMetadata.
+BROKER_VISIBLE_RECORDS = frozenset({
+    "RegisterBrokerRecord", "UnregisterBrokerRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
+    "BrokerRegistrationChangeRecord", "TopicRecord", "PartitionRecord", "PartitionChangeRecord",
+    "RemoveTopicRecord"})
 
 
 class Fenced(Exception):
@@ -150,8 +156,7 @@ class MigrationStatus:
 
 def _to_op(write: ZkWrite):
     if write.kind == "create":
-        return Create(write.path, write.data, sequential=write.sequential) if write.sequential else Create(
-            write.path, write.data)
+        return Create(write.path, write.data, sequential=write.sequential)
     if write.kind == "set":
         return SetData(write.path, write.data)
     if write.kind == "delete":
@@ -180,6 +185,7 @@ class MigrationDriver:
         self._mirror: ZkMirror | None = None
         self._progress = trio.Event()  # set whenever the lag may have fallen
         self._draining = False  # a clean shutdown: no new operator writes
+        self._brokers_changed = trio.Event()  # ZooKeeper brokers must hear from us
 
     # ---- views -------------------------------------------------------------
 
@@ -547,6 +553,8 @@ class MigrationDriver:
                     records = [decode_metadata_record(v) for item in items if item.control_type is None
                                for v in item.values]
                     scope = touched_scope(records, topic_names)
+                    if any(r.name in BROKER_VISIBLE_RECORDS for r in records):
+                        self._brokers_changed.set()
                 last = reader.position - 1
                 await self._round(zk, epoch, scope, last)
 
@@ -581,17 +589,28 @@ class MigrationDriver:
     # -- ZooKeeper brokers --
 
     async def _keep_brokers_informed(self, zk: ZkSession, epoch: int) -> None:
-        """Sends UpdateMetadata to every live ZooKeeper broker now and whenever
-        /brokers/ids changes, so they know the KRaft controller and the live brokers."""
+        """Keeps the image's ZooKeeper brokers in step with /brokers/ids and sends every
+        live ZooKeeper broker UpdateMetadata (the KRaft controller, the live brokers, the
+        partitions) now and whenever brokers or topics change."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_broker_ids, zk)
+            while True:
+                await self._brokers_changed.wait()
+                self._brokers_changed = trio.Event()
+                brokers = await self._retrying("read brokers", lambda: self._zk_brokers(zk))
+                await self._submit(lambda state, tracker, next_offset, now: ControllerResult(
+                    zk_broker_records(state, brokers, next_offset), {}))
+                await self._send_update_metadata(brokers)
+
+    async def _watch_broker_ids(self, zk: ZkSession) -> None:
         while True:
             try:
                 async with await zk.watch_children(zp.BROKER_IDS_PATH) as changes:
                     async for _change in changes:
-                        brokers = await self._zk_brokers(zk)
-                        await self._send_update_metadata(brokers)
+                        self._brokers_changed.set()
             except ZkError as exc:
                 log.warning(Event.MIGRATION_ZK_UNAVAILABLE, hosts=self.zk_hosts, during="broker watch", error=str(exc))
-                await trio.sleep(ZK_RETRY_S)
+            await trio.sleep(ZK_RETRY_S)
 
     def _update_metadata_request(self, zk_brokers: dict[int, zp.BrokerRegistrationZnode]) -> dict:
         state = self.node.state

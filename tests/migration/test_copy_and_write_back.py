@@ -57,10 +57,11 @@ def partitions(draw):
 @st.composite
 def zk_images(draw):
     names = draw(st.lists(st.from_regex(r"[a-z][a-z0-9._-]{0,10}", fullmatch=True), unique=True, max_size=5))
+    ids = draw(st.lists(st.uuids(), min_size=len(names), max_size=len(names), unique=True))
     topics, topic_configs = {}, {}
-    for name in names:
+    for name, topic_id in zip(names, ids):
         parts = draw(st.lists(partitions(), min_size=1, max_size=4))
-        assignment = zp.TopicZnode(topic_id=zp.kafka_uuid_string(uuid.UUID(int=draw(st.integers(1, 2**128 - 1)))),
+        assignment = zp.TopicZnode(topic_id=zp.kafka_uuid_string(topic_id),
                                    partitions={i: p[0] for i, p in enumerate(parts)})
         topics[name] = zp.ZkTopicImage(name, assignment, {i: p[1] for i, p in enumerate(parts)})
         topic_configs[name] = zp.ConfigZnode(draw(config_maps))
@@ -166,3 +167,18 @@ def test_a_new_topic_and_a_deleted_topic():
         ("delete", "/brokers/topics/old/partitions"), ("delete", "/brokers/topics/old"),
         ("delete", "/config/topics/old"),
     ]
+
+
+def test_a_damaged_zookeeper_with_a_repeated_topic_id_is_copied_and_then_repaired():
+    shared = uuid.uuid4()
+    topic = lambda name: zp.ZkTopicImage(name, zp.TopicZnode(zp.kafka_uuid_string(shared), {0: (1,)}),  # noqa: E731
+                                         {0: zp.PartitionStateZnode(1, 0, (1,), 1)})
+    image = zp.ZkClusterImage(
+        cluster_id=CLUSTER, brokers={b: broker_znode(b) for b in BROKER_IDS}, topics={"a": topic("a"), "b": topic("b")},
+        topic_configs={"a": zp.ConfigZnode({}), "b": zp.ConfigZnode({})}, broker_configs={}, features=None,
+        controller=None, controller_epoch=None, migration=None, migration_version=None)
+    state = migrated_state(image)
+    assert state.topic("a").topic_id == shared and state.topic("b").topic_id != shared
+    # The write-back gives "b" its new id in ZooKeeper: delete and re-create, nothing else.
+    writes = [(w.kind, w.path) for w in writes_for(state, image, Scope(everything=True))]
+    assert ("create", "/brokers/topics/b") in writes and all("/a" not in path for _, path in writes)

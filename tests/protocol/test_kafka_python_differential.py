@@ -42,6 +42,18 @@ from hypothesis import strategies as st
 
 kafka_protocol = pytest.importorskip("kafka.protocol")
 
+from kafka.protocol.admin.configs import (  # noqa: E402
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+from kafka.protocol.admin.topics import (  # noqa: E402
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 from kafka.protocol.admin.cluster import (  # noqa: E402
     DescribeClusterRequest,
     DescribeClusterResponse,
@@ -65,6 +77,10 @@ KAFKA_PYTHON = {
     57: (UpdateFeaturesRequest, UpdateFeaturesResponse),
     3: (MetadataRequest, MetadataResponse),
     1: (FetchRequest, FetchResponse),
+    19: (CreateTopicsRequest, CreateTopicsResponse),
+    20: (DeleteTopicsRequest, DeleteTopicsResponse),
+    32: (DescribeConfigsRequest, DescribeConfigsResponse),
+    44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
 }
 
 NO_DECLARATION = "kafka-python 3.0.12 has no declaration for this API (KRaft-internal RPC)"
@@ -82,6 +98,7 @@ NOT_IN_KAFKA_PYTHON = {
     82: NO_DECLARATION,  # UpdateRaftVoter
     6: "kafka-python 3.0.12 has no declaration for this API (controller-to-ZooKeeper-broker RPC)",  # UpdateMetadata
     10000: "kraftwerk's own API (KIP-866 MigrationCheck); no Kafka client knows it",
+    10001: "kraftwerk's own API (DescribeMigration, for `kraftwerk migration status`); no Kafka client knows it",
 }
 
 INT32_MIN = -(1 << 31)

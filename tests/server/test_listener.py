@@ -79,7 +79,7 @@ async def test_in_flight_requests_per_connection_are_bounded(tmp_path):
             entered = 0
             original_submit = node.submit
 
-            async def held_submit(command):
+            async def held_submit(command, **kwargs):
                 nonlocal entered
                 entered += 1
                 await gate.wait()
@@ -170,7 +170,7 @@ async def test_graceful_close_answers_what_was_read_then_ends_the_connection(tmp
             gate = trio.Event()
             original_submit = node.submit
 
-            async def held_submit(command):
+            async def held_submit(command, **kwargs):
                 await gate.wait()
                 return await original_submit(command)
 

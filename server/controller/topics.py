@@ -1,0 +1,679 @@
+"""Pure topic and config commands: CreateTopics, DeleteTopics, IncrementalAlterConfigs,
+DescribeConfigs, and replica placement.
+
+Owns: `TopicDefaults`, `place_replicas`, the topic config catalogue (`TOPIC_CONFIGS`:
+Kafka's topic-level configs with their types and defaults), and one function per API:
+`create_topics`, `delete_topics`, `incremental_alter_configs` (writes) and
+`describe_configs` (a read of the committed image).
+
+Rules kept here:
+- Same contract as `commands.py`: `(state, decoded request, ...) -> ControllerResult`;
+  nothing is mutated, the records say everything. A new topic's id comes from the
+  `new_topic_id` source the caller injects (the handler passes `uuid.uuid4`), so the
+  command is deterministic under test.
+- All-or-nothing per topic / per resource, as Kafka's controller does: each entry gets
+  its own error code, the entries that pass are written, the others write nothing.
+  Everything a request writes goes out as one atomic batch.
+- Placement is round-robin over the unfenced brokers (sorted by id), starting at an
+  index derived from the topic name with CRC-32 (stable across processes, unlike
+  `hash()`), so the same request against the same image places the same way.
+  Explicit assignments are honoured as given.
+- Error codes and messages follow Kafka's controller (ReplicationControlManager,
+  ConfigurationControlManager) where kraftwerk has the same notion.
+
+Differences from Kafka, on purpose:
+- Topic configs are checked against `TOPIC_CONFIGS` (name and type); broker configs
+  are not checked at all (Kafka's dynamic broker config catalogue is not modelled):
+  any name may be set on a broker resource, so configs copied from ZooKeeper always fit.
+- There is no `create.topic.policy`, no `delete.topic.enable=false` and no quota.
+- DescribeConfigs lists the topic catalogue with Kafka's defaults (source DEFAULT_CONFIG)
+  but not the broker-level synonyms; a broker resource lists only dynamic configs.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Callable, Mapping
+
+from protocol import metadata_records as mr
+from protocol.errors import ErrorCode
+from protocol.records import MetadataRecord, record
+from server.controller import features as ft
+from server.controller.commands import ControllerResult
+from server.controller.state import (
+    RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
+    RESOURCE_TOPIC,
+    ControllerState,
+    TopicImage,
+)
+
+
+class TopicErrorCode(IntEnum):
+    """Kafka error codes these APIs answer with that `protocol.errors.ErrorCode` lacks."""
+
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
+    UNKNOWN_TOPIC_ID = 100
+
+
+# Kafka's ConfigSource (DescribeConfigs / CreateTopics v5+).
+SOURCE_DYNAMIC_TOPIC_CONFIG = 1
+SOURCE_DYNAMIC_BROKER_CONFIG = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+SOURCE_DEFAULT_CONFIG = 5
+
+# IncrementalAlterConfigs ConfigOperation (KIP-339).
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+
+
+class ConfigType(IntEnum):
+    """Kafka's DescribeConfigs ConfigType (KIP-569)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+_LONG_MAX = str((1 << 63) - 1)
+
+# Kafka's topic-level configs (TopicConfig / LogConfig) with their types and the defaults
+# a topic gets when neither it nor the brokers override them.
+TOPIC_CONFIGS: Mapping[str, tuple[ConfigType, str]] = {
+    "cleanup.policy": (ConfigType.LIST, "delete"),
+    "compression.gzip.level": (ConfigType.INT, "-1"),
+    "compression.lz4.level": (ConfigType.INT, "9"),
+    "compression.type": (ConfigType.STRING, "producer"),
+    "compression.zstd.level": (ConfigType.INT, "3"),
+    "delete.retention.ms": (ConfigType.LONG, "86400000"),
+    "file.delete.delay.ms": (ConfigType.LONG, "60000"),
+    "flush.messages": (ConfigType.LONG, _LONG_MAX),
+    "flush.ms": (ConfigType.LONG, _LONG_MAX),
+    "follower.replication.throttled.replicas": (ConfigType.LIST, ""),
+    "index.interval.bytes": (ConfigType.INT, "4096"),
+    "leader.replication.throttled.replicas": (ConfigType.LIST, ""),
+    "local.retention.bytes": (ConfigType.LONG, "-2"),
+    "local.retention.ms": (ConfigType.LONG, "-2"),
+    "max.compaction.lag.ms": (ConfigType.LONG, _LONG_MAX),
+    "max.message.bytes": (ConfigType.INT, "1048588"),
+    "message.downconversion.enable": (ConfigType.BOOLEAN, "true"),
+    "message.format.version": (ConfigType.STRING, "3.0-IV1"),
+    "message.timestamp.after.max.ms": (ConfigType.LONG, _LONG_MAX),
+    "message.timestamp.before.max.ms": (ConfigType.LONG, _LONG_MAX),
+    "message.timestamp.difference.max.ms": (ConfigType.LONG, _LONG_MAX),
+    "message.timestamp.type": (ConfigType.STRING, "CreateTime"),
+    "min.cleanable.dirty.ratio": (ConfigType.DOUBLE, "0.5"),
+    "min.compaction.lag.ms": (ConfigType.LONG, "0"),
+    "min.insync.replicas": (ConfigType.INT, "1"),
+    "preallocate": (ConfigType.BOOLEAN, "false"),
+    "remote.log.copy.disable": (ConfigType.BOOLEAN, "false"),
+    "remote.log.delete.on.disable": (ConfigType.BOOLEAN, "false"),
+    "remote.storage.enable": (ConfigType.BOOLEAN, "false"),
+    "retention.bytes": (ConfigType.LONG, "-1"),
+    "retention.ms": (ConfigType.LONG, "604800000"),
+    "segment.bytes": (ConfigType.INT, "1073741824"),
+    "segment.index.bytes": (ConfigType.INT, "10485760"),
+    "segment.jitter.ms": (ConfigType.LONG, "0"),
+    "segment.ms": (ConfigType.LONG, "604800000"),
+    "unclean.leader.election.enable": (ConfigType.BOOLEAN, "false"),
+}
+
+# Kafka's Topic.validate.
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+# DirectoryId.UNASSIGNED: a replica whose log directory is not known yet.
+UNASSIGNED_DIRECTORY = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDefaults:
+    """What NumPartitions / ReplicationFactor -1 mean (Kafka's `num.partitions` and
+    `default.replication.factor`, both 1 by default)."""
+
+    num_partitions: int = 1
+    replication_factor: int = 1
+
+
+# ---------------------------------------------------------------------------
+# Validation helpers
+# ---------------------------------------------------------------------------
+
+
+def _field(data: Any, key: str, default: Any = None) -> Any:
+    """A request field from a decoded Container or a plain dict; None reads as `default`."""
+    value = data.get(key, default) if hasattr(data, "get") else getattr(data, key, default)
+    return default if value is None else value
+
+
+
+def topic_name_error(name: str | None) -> str | None:
+    """Kafka's Topic.validate message, or None when `name` is a legal topic name."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return (f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+                f"topic name: {name}")
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        return (f'Topic name "{name}" is illegal, it contains a character other than ASCII alphanumerics, '
+                "'.', '_' and '-'")
+    return None
+
+
+def _collision_key(name: str) -> str:
+    # Kafka: '.' and '_' collide in metric names, so two topics may not differ only by them.
+    return name.replace(".", "_")
+
+
+def _config_value_error(name: str, value: str) -> str | None:
+    """Kafka-style type check of a topic config value, or None when it parses."""
+    config_type = TOPIC_CONFIGS[name][0]
+    text = value.strip()
+    try:
+        if config_type in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+            number = int(text)
+            bits = {ConfigType.INT: 31, ConfigType.LONG: 63, ConfigType.SHORT: 15}[config_type]
+            if not -(1 << bits) <= number < (1 << bits):
+                raise ValueError
+        elif config_type == ConfigType.DOUBLE:
+            float(text)
+        elif config_type == ConfigType.BOOLEAN:
+            if text.lower() not in ("true", "false"):
+                raise ValueError
+    except ValueError:
+        return f"Invalid value {value} for configuration {name}: Not a number of type {config_type.name}" \
+            if config_type != ConfigType.BOOLEAN else \
+            f"Invalid value {value} for configuration {name}: Expected value to be either true or false"
+    return None
+
+
+def _topic_config_error(name: str, value: str | None) -> str | None:
+    if name not in TOPIC_CONFIGS:
+        return f"Unknown topic config name: {name}"
+    if value is None:
+        return f"Null value not supported for topic configs: {name}"
+    return _config_value_error(name, value)
+
+
+def _split_list(value: str | None) -> list[str]:
+    if not value:
+        return []
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# ---------------------------------------------------------------------------
+# Placement
+# ---------------------------------------------------------------------------
+
+
+def usable_brokers(state: ControllerState) -> list[int]:
+    """Brokers new replicas may go to: registered, unfenced and not shutting down, by id."""
+    return [b for b in sorted(state.brokers)
+            if not state.brokers[b].fenced and not state.brokers[b].in_controlled_shutdown]
+
+
+def place_replicas(topic_name: str, num_partitions: int, replication_factor: int,
+                   brokers: list[int]) -> list[list[int]]:
+    """Round-robin placement: partition p's replicas are `replication_factor` consecutive
+    brokers from index (start + p), wrapping; start = CRC-32 of the name. Leaders (the
+    first replica) are spread evenly and no partition has a broker twice."""
+    if replication_factor > len(brokers):
+        raise ValueError(f"replication factor {replication_factor} > {len(brokers)} brokers")
+    count = len(brokers)
+    start = zlib.crc32(topic_name.encode()) % count if count else 0
+    return [[brokers[(start + p + r) % count] for r in range(replication_factor)] for p in range(num_partitions)]
+
+
+def _default_directory(state: ControllerState, broker_id: int) -> uuid.UUID:
+    # Kafka's ClusterControlManager.defaultDir: a broker with a single log directory gets
+    # it, otherwise the broker assigns one itself later.
+    registration = state.broker(broker_id)
+    if registration is not None and len(registration.log_dirs) == 1:
+        return registration.log_dirs[0]
+    return UNASSIGNED_DIRECTORY
+
+
+def _partition_records(state: ControllerState, topic_id: uuid.UUID,
+                       assignments: list[list[int]]) -> list[MetadataRecord]:
+    mv = state.metadata_version or 0
+    with_directories = ft.directory_assignment_supported(mv)
+    usable = set(usable_brokers(state))
+    records = []
+    for index, replicas in enumerate(assignments):
+        isr = [b for b in replicas if b in usable]
+        data = {
+            "partition_id": index,
+            "topic_id": topic_id,
+            "replicas": list(replicas),
+            "isr": isr,
+            "removing_replicas": [],
+            "adding_replicas": [],
+            "leader": isr[0] if isr else -1,
+            "leader_epoch": 0,
+            "partition_epoch": 0,
+        }
+        if with_directories:
+            data["directories"] = [_default_directory(state, b) for b in replicas]
+        records.append(record(mr.PARTITION_RECORD, data, version=1 if with_directories else 0))
+    return records
+
+
+# ---------------------------------------------------------------------------
+# CreateTopics (API 19, v0-7)
+# ---------------------------------------------------------------------------
+
+
+def _created_configs(values: Mapping[str, str]) -> list[dict[str, Any]]:
+    """CreateTopics v5+ Configs: the topic's whole effective configuration (KIP-525)."""
+    entries = []
+    for name in sorted(set(TOPIC_CONFIGS) | set(values)):
+        if name in values:
+            value, source = values[name], SOURCE_DYNAMIC_TOPIC_CONFIG
+        else:
+            value, source = TOPIC_CONFIGS[name][1], SOURCE_DEFAULT_CONFIG
+        entries.append({"name": name, "value": value, "read_only": False, "config_source": source,
+                        "is_sensitive": False})
+    return entries
+
+
+def _create_error(name: str, code: int, message: str) -> dict[str, Any]:
+    return {"name": name, "topic_id": uuid.UUID(int=0), "error_code": int(code), "error_message": message,
+            "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": None}
+
+
+def create_topics(
+    state: ControllerState,
+    request: Any,
+    api_version: int,
+    new_topic_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    defaults: TopicDefaults = TopicDefaults(),
+) -> ControllerResult:
+    """CreateTopics v0-7 (Kafka's ReplicationControlManager.createTopics).
+
+    Per topic, in Kafka's order: duplicate in the request (INVALID_REQUEST), illegal
+    name (INVALID_TOPIC_EXCEPTION), already exists or collides (TOPIC_ALREADY_EXISTS /
+    INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG), then the assignment: explicit
+    (INVALID_REPLICA_ASSIGNMENT) or automatic (INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR). Records: TopicRecord, PartitionRecords (leader = first
+    in-sync replica, ISR = the replicas on usable brokers), ConfigRecords.
+    """
+    topics = list(_field(request, "topics", []))
+    validate_only = bool(_field(request, "validate_only", False)) if api_version >= 1 else False
+    counts: dict[str, int] = {}
+    for topic in topics:
+        counts[_field(topic, "name", "")] = counts.get(_field(topic, "name", ""), 0) + 1
+
+    existing = state.topics()
+    taken = {_collision_key(name): name for name in existing}
+    brokers = usable_brokers(state)
+    records: list[MetadataRecord] = []
+    results: list[dict[str, Any]] = []
+    reported: set[str] = set()
+    for topic in topics:
+        name = _field(topic, "name", "")
+        if counts[name] > 1:
+            if name not in reported:
+                reported.add(name)
+                results.append(_create_error(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        result, topic_records = _create_one(state, topic, name, existing, taken, brokers, new_topic_id, defaults)
+        results.append(result)
+        if topic_records:
+            taken[_collision_key(name)] = name
+            records.extend(topic_records)
+    response = {"throttle_time_ms": 0, "topics": results}
+    return ControllerResult([] if validate_only else records, response, atomic=True)
+
+
+def _create_one(state, topic, name, existing, taken, brokers, new_topic_id, defaults):
+    error = topic_name_error(name)
+    if error is not None:
+        return _create_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, error), []
+    if name in existing:
+        return _create_error(name, TopicErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."), []
+    clash = taken.get(_collision_key(name))
+    if clash is not None:
+        return _create_error(name, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                             f"Topic '{name}' collides with existing topic: {clash}"), []
+
+    configs: dict[str, str] = {}
+    for entry in _field(topic, "configs", []):
+        key = _field(entry, "name", "")
+        value = entry.get("value") if hasattr(entry, "get") else getattr(entry, "value", None)
+        error = _topic_config_error(key, value)
+        if error is not None:
+            return _create_error(name, TopicErrorCode.INVALID_CONFIG, error), []
+        configs[key] = value
+
+    assignments_requested = list(_field(topic, "assignments", []))
+    num_partitions = _field(topic, "num_partitions", -1)
+    replication_factor = _field(topic, "replication_factor", -1)
+    if assignments_requested:
+        if num_partitions != -1:
+            return _create_error(name, ErrorCode.INVALID_REQUEST,
+                                 "A manual partition assignment was specified, but numPartitions "
+                                 "was not set to -1."), []
+        if replication_factor != -1:
+            return _create_error(name, ErrorCode.INVALID_REQUEST,
+                                 "A manual partition assignment was specified, but replicationFactor "
+                                 "was not set to -1."), []
+        assignments, error = _manual_assignments(state, assignments_requested)
+        if error is not None:
+            return _create_error(name, TopicErrorCode.INVALID_REPLICA_ASSIGNMENT, error), []
+    else:
+        if num_partitions == -1:
+            num_partitions = defaults.num_partitions
+        if replication_factor == -1:
+            replication_factor = defaults.replication_factor
+        if num_partitions <= 0:
+            return _create_error(name, TopicErrorCode.INVALID_PARTITIONS,
+                                 "Number of partitions was set to an invalid non-positive value."), []
+        if replication_factor <= 0:
+            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "Replication factor must be larger than 0, or -1 to use the default value."), []
+        if replication_factor > len(brokers):
+            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"Unable to replicate the partition {replication_factor} time(s): The target "
+                                 f"replication factor of {replication_factor} cannot be reached because only "
+                                 f"{len(brokers)} broker(s) are registered."), []
+        assignments = place_replicas(name, num_partitions, replication_factor, brokers)
+
+    topic_id = new_topic_id()
+    records = [record(mr.TOPIC_RECORD, {"name": name, "topic_id": topic_id}, version=0)]
+    records.extend(_partition_records(state, topic_id, assignments))
+    records.extend(_config_record(RESOURCE_TOPIC, name, key, value) for key, value in sorted(configs.items()))
+    result = {
+        "name": name, "topic_id": topic_id, "error_code": 0, "error_message": None, "topic_config_error_code": 0,
+        "num_partitions": len(assignments), "replication_factor": len(assignments[0]),
+        "configs": _created_configs(configs),
+    }
+    return result, records
+
+
+def _manual_assignments(state: ControllerState, requested: list) -> tuple[list[list[int]], str | None]:
+    by_index: dict[int, list[int]] = {}
+    for entry in requested:
+        index = _field(entry, "partition_index", -1)
+        if index in by_index:
+            return [], f"Partition {index} was assigned more than once."
+        by_index[index] = list(_field(entry, "broker_ids", []))
+    if sorted(by_index) != list(range(len(by_index))):
+        return [], "Partitions should be numbered 0 through N-1, where N is the number of partitions."
+    usable = set(usable_brokers(state))
+    assignments = [by_index[index] for index in range(len(by_index))]
+    for index, replicas in enumerate(assignments):
+        if not replicas:
+            return [], f"The manual partition assignment includes an empty replica list for partition {index}."
+        seen: set[int] = set()
+        for broker_id in replicas:
+            if broker_id in seen:
+                return [], (f"The manual partition assignment includes the broker {broker_id} more than "
+                            f"once for partition {index}.")
+            seen.add(broker_id)
+            if state.broker(broker_id) is None:
+                return [], (f"The manual partition assignment includes broker {broker_id}, but no such "
+                            "broker is registered.")
+        if not any(b in usable for b in replicas):
+            return [], (f"All brokers specified in the manual partition assignment for partition {index} "
+                        "are fenced or in controlled shutdown.")
+        if len(replicas) != len(assignments[0]):
+            return [], "All partitions in the manual partition assignment must have the same number of replicas."
+    return assignments, None
+
+
+def _config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> MetadataRecord:
+    return record(mr.CONFIG_RECORD, {"resource_type": resource_type, "resource_name": resource_name,
+                                     "name": name, "value": value}, version=0)
+
+
+# ---------------------------------------------------------------------------
+# DeleteTopics (API 20, v0-6)
+# ---------------------------------------------------------------------------
+
+
+def delete_topics(state: ControllerState, request: Any, api_version: int) -> ControllerResult:
+    """DeleteTopics v0-6: one RemoveTopicRecord per topic. v0-5 name topics; v6 names
+    each by name or by id (not both). Unknown name: UNKNOWN_TOPIC_OR_PARTITION; unknown
+    id: UNKNOWN_TOPIC_ID; a topic named twice: INVALID_REQUEST for every mention."""
+    zero = uuid.UUID(int=0)
+    if api_version >= 6:
+        entries = [(_field(t, "name", None), _field(t, "topic_id", zero)) for t in _field(request, "topics", [])]
+    else:
+        entries = [(name, zero) for name in _field(request, "topic_names", [])]
+
+    topics = state.topics()
+    resolved: list[tuple[str | None, uuid.UUID, TopicImage | None, tuple[int, str] | None]] = []
+    for name, topic_id in entries:
+        error: tuple[int, str] | None = None
+        topic: TopicImage | None = None
+        if name is not None and topic_id != zero:
+            error = (ErrorCode.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+        elif name is not None:
+            topic = topics.get(name)
+            if topic is None:
+                error = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        elif topic_id != zero:
+            topic = state.topic_by_id(topic_id)
+            if topic is None:
+                error = (TopicErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
+        else:
+            error = (ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")
+        resolved.append((name, topic_id, topic, error))
+
+    mentions: dict[uuid.UUID, int] = {}
+    for _, _, topic, error in resolved:
+        if topic is not None and error is None:
+            mentions[topic.topic_id] = mentions.get(topic.topic_id, 0) + 1
+
+    records: list[MetadataRecord] = []
+    results = []
+    for name, topic_id, topic, error in resolved:
+        if error is None and topic is not None and mentions[topic.topic_id] > 1:
+            error = (ErrorCode.INVALID_REQUEST, "Duplicate topic name." if name is not None else "Duplicate topic id.")
+        if error is None and topic is not None:
+            records.append(record(mr.REMOVE_TOPIC_RECORD, {"topic_id": topic.topic_id}, version=0))
+            results.append({"name": topic.name, "topic_id": topic.topic_id, "error_code": 0, "error_message": None})
+        else:
+            code, message = error  # type: ignore[misc]
+            results.append({"name": name if api_version >= 6 else (name or ""), "topic_id": topic_id,
+                            "error_code": int(code), "error_message": message})
+    return ControllerResult(records, {"throttle_time_ms": 0, "responses": results}, atomic=True)
+
+
+# ---------------------------------------------------------------------------
+# IncrementalAlterConfigs (API 44, v0-1)
+# ---------------------------------------------------------------------------
+
+
+def _resource_error(state: ControllerState, resource_type: int, resource_name: str) -> tuple[int, str] | None:
+    if resource_type == RESOURCE_TOPIC:
+        if state.topic(resource_name) is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{resource_name}' does not exist."
+        return None
+    if resource_type == RESOURCE_BROKER:
+        if resource_name == "":
+            return None  # the cluster-wide default
+        try:
+            broker_id = int(resource_name)
+        except ValueError:
+            broker_id = -1
+        if broker_id < 0 or str(broker_id) != resource_name.strip():
+            return ErrorCode.INVALID_REQUEST, f"Invalid broker name {resource_name}"
+        return None
+    if resource_type == RESOURCE_BROKER_LOGGER:
+        return ErrorCode.INVALID_REQUEST, "Broker logger configs are not kept in the metadata log."
+    return ErrorCode.INVALID_REQUEST, f"Unexpected resource type {resource_type}"
+
+
+def _alter_resource(state: ControllerState, resource: Any) -> tuple[list[MetadataRecord], tuple[int, str] | None]:
+    resource_type = _field(resource, "resource_type", 0)
+    resource_name = _field(resource, "resource_name", "")
+    error = _resource_error(state, resource_type, resource_name)
+    if error is not None:
+        return [], error
+    current = dict(state.configs(resource_type, resource_name))
+    updated = dict(current)
+    seen: set[str] = set()
+    for entry in _field(resource, "configs", []):
+        key = _field(entry, "name", "")
+        operation = _field(entry, "config_operation", OP_SET)
+        value = entry.get("value") if hasattr(entry, "get") else getattr(entry, "value", None)
+        if key in seen:
+            return [], (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        seen.add(key)
+        if resource_type == RESOURCE_TOPIC and key not in TOPIC_CONFIGS and not (
+                operation == OP_DELETE and key in current):
+            # A key outside the catalogue (copied from ZooKeeper, say) may still be deleted.
+            return [], (TopicErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        if operation == OP_SET:
+            if value is None:
+                return [], (TopicErrorCode.INVALID_CONFIG, f"Null value not supported for : {key}")
+            updated[key] = value
+        elif operation == OP_DELETE:
+            updated.pop(key, None)
+        elif operation in (OP_APPEND, OP_SUBTRACT):
+            if resource_type == RESOURCE_TOPIC and TOPIC_CONFIGS[key][0] != ConfigType.LIST:
+                verb = "APPEND" if operation == OP_APPEND else "SUBTRACT"
+                return [], (TopicErrorCode.INVALID_CONFIG,
+                            f"Can't {verb} to key {key} because its type is not LIST.")
+            base = current.get(key)
+            if base is None and resource_type == RESOURCE_TOPIC:
+                base = TOPIC_CONFIGS[key][1]
+            items = _split_list(updated.get(key, base))
+            given = _split_list(value)
+            if operation == OP_APPEND:
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            updated[key] = ",".join(items)
+        else:
+            return [], (ErrorCode.INVALID_REQUEST, f"Unknown config operation {operation} for {key}")
+        if resource_type == RESOURCE_TOPIC and key in updated:
+            error_text = _config_value_error(key, updated[key])
+            if error_text is not None:
+                return [], (TopicErrorCode.INVALID_CONFIG, error_text)
+    records = []
+    for key in sorted(set(current) | set(updated)):
+        if current.get(key) != updated.get(key):
+            records.append(_config_record(resource_type, resource_name, key, updated.get(key)))
+    return records, None
+
+
+def incremental_alter_configs(state: ControllerState, request: Any, api_version: int) -> ControllerResult:
+    """IncrementalAlterConfigs v0-1 (KIP-339) for TOPIC (2) and BROKER (4) resources:
+    SET, DELETE, APPEND, SUBTRACT. Each resource is all-or-nothing; only real changes
+    become ConfigRecords (DELETE writes a null value)."""
+    validate_only = bool(_field(request, "validate_only", False))
+    resources = list(_field(request, "resources", []))
+    counts: dict[tuple[int, str], int] = {}
+    for resource in resources:
+        key = (_field(resource, "resource_type", 0), _field(resource, "resource_name", ""))
+        counts[key] = counts.get(key, 0) + 1
+    records: list[MetadataRecord] = []
+    results = []
+    for resource in resources:
+        key = (_field(resource, "resource_type", 0), _field(resource, "resource_name", ""))
+        if counts[key] > 1:
+            resource_records, error = [], (ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+        else:
+            resource_records, error = _alter_resource(state, resource)
+        code, message = error if error is not None else (0, None)
+        results.append({"error_code": int(code), "error_message": message, "resource_type": key[0],
+                        "resource_name": key[1]})
+        records.extend(resource_records)
+    return ControllerResult([] if validate_only else records, {"throttle_time_ms": 0, "responses": results},
+                            atomic=True)
+
+
+# ---------------------------------------------------------------------------
+# DescribeConfigs (API 32, v0-4): a read of the committed image
+# ---------------------------------------------------------------------------
+
+
+def _described(name: str, value: str | None, source: int, config_type: ConfigType,
+               synonyms: list[dict[str, Any]], include_synonyms: bool) -> dict[str, Any]:
+    return {
+        "name": name, "value": value, "read_only": False,
+        "is_default": source == SOURCE_DEFAULT_CONFIG, "config_source": source, "is_sensitive": False,
+        "synonyms": synonyms if include_synonyms else [], "config_type": int(config_type), "documentation": None,
+    }
+
+
+def _describe_topic(state: ControllerState, name: str, include_synonyms: bool) -> list[dict[str, Any]]:
+    values = state.configs(RESOURCE_TOPIC, name)
+    entries = []
+    for key in sorted(set(TOPIC_CONFIGS) | set(values)):
+        config_type, default = TOPIC_CONFIGS.get(key, (ConfigType.UNKNOWN, None))
+        synonyms = []
+        if key in values:
+            synonyms.append({"name": key, "value": values[key], "source": SOURCE_DYNAMIC_TOPIC_CONFIG})
+        if key in TOPIC_CONFIGS:
+            synonyms.append({"name": key, "value": default, "source": SOURCE_DEFAULT_CONFIG})
+        value, source = (values[key], SOURCE_DYNAMIC_TOPIC_CONFIG) if key in values else (default,
+                                                                                          SOURCE_DEFAULT_CONFIG)
+        entries.append(_described(key, value, source, config_type, synonyms, include_synonyms))
+    return entries
+
+
+def _describe_broker(state: ControllerState, name: str, include_synonyms: bool) -> list[dict[str, Any]]:
+    cluster_default = state.configs(RESOURCE_BROKER, "")
+    own = state.configs(RESOURCE_BROKER, name) if name != "" else {}
+    entries = []
+    for key in sorted(set(cluster_default) | set(own)):
+        synonyms = []
+        if key in own:
+            synonyms.append({"name": key, "value": own[key], "source": SOURCE_DYNAMIC_BROKER_CONFIG})
+        if key in cluster_default:
+            synonyms.append({"name": key, "value": cluster_default[key],
+                             "source": SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG})
+        value, source = (own[key], SOURCE_DYNAMIC_BROKER_CONFIG) if key in own else (
+            cluster_default[key], SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+        entries.append(_described(key, value, source, ConfigType.UNKNOWN, synonyms, include_synonyms))
+    return entries
+
+
+def describe_configs(state: ControllerState, request: Any, api_version: int) -> dict[str, Any]:
+    """DescribeConfigs v0-4 from the image: a TOPIC lists Kafka's topic configs (set ones
+    as DYNAMIC_TOPIC_CONFIG, the rest at their defaults) plus any other key set on it; a
+    BROKER lists its dynamic configs and the cluster-wide dynamic defaults. A non-null
+    ConfigurationKeys keeps only those keys."""
+    include_synonyms = bool(_field(request, "include_synonyms", False)) if api_version >= 1 else False
+    results = []
+    for resource in _field(request, "resources", []):
+        resource_type = _field(resource, "resource_type", 0)
+        resource_name = _field(resource, "resource_name", "")
+        keys = resource.get("configuration_keys") if hasattr(resource, "get") else None
+        error = _resource_error(state, resource_type, resource_name)
+        result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource_type,
+                                  "resource_name": resource_name, "configs": []}
+        if error is not None:
+            result["error_code"], result["error_message"] = int(error[0]), error[1]
+        else:
+            if resource_type == RESOURCE_TOPIC:
+                entries = _describe_topic(state, resource_name, include_synonyms)
+            else:
+                entries = _describe_broker(state, resource_name, include_synonyms)
+            if keys is not None:
+                wanted = set(keys)
+                entries = [entry for entry in entries if entry["name"] in wanted]
+            result["configs"] = entries
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,48 @@
+"""DeleteTopics (key 20, v0-6): remove topics (RemoveTopicRecord), by name or topic id.
+
+Answered after the quorum committed the records. A standby answers NOT_CONTROLLER for
+every topic; brokers forward the request (handlers/forwarded.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from protocol.errors import ErrorCode
+from server.controller import topics
+from server.controller.loop import NotControllerError, WritesBlockedError
+from server.observability import get_logger
+
+log = get_logger("controller")
+_NO_ID = uuid.UUID(int=0)
+
+
+def error_response(request, version: int, code: int, message: str) -> dict:
+    if version >= 6:
+        entries = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        entries = [(name, _NO_ID) for name in request.topic_names]
+    return {"throttle_time_ms": 0, "responses": [
+        {"name": name if version >= 6 else (name or ""), "topic_id": topic_id, "error_code": int(code),
+         "error_message": message} for name, topic_id in entries]}
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    version = ctx.api_version
+    try:
+        result = await node.submit(
+            lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, request, version),
+            gated=True,
+        )
+    except WritesBlockedError as exc:
+        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
+        return error_response(request, version, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    except NotControllerError as exc:
+        return error_response(request, version, ErrorCode.NOT_CONTROLLER,
+                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    log.info("controller.topics_deleted", client_id=ctx.client_id,
+             deleted=[r["name"] for r in result.response["responses"] if not r["error_code"]],
+             failed={str(r["name"] or r["topic_id"]): r["error_code"]
+                     for r in result.response["responses"] if r["error_code"]})
+    return result.response

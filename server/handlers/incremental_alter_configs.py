@@ -1,0 +1,41 @@
+"""IncrementalAlterConfigs (key 44, v0-1, KIP-339): SET / DELETE / APPEND / SUBTRACT
+topic and broker configs, each resource all-or-nothing.
+
+Answered after the quorum committed the ConfigRecords. A standby answers NOT_CONTROLLER
+for every resource; brokers forward the request (handlers/forwarded.py).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from server.controller import topics
+from server.controller.loop import NotControllerError, WritesBlockedError
+from server.observability import get_logger
+
+log = get_logger("controller")
+
+
+def error_response(request, code: int, message: str) -> dict:
+    return {"throttle_time_ms": 0, "responses": [
+        {"error_code": int(code), "error_message": message, "resource_type": r.resource_type,
+         "resource_name": r.resource_name} for r in request.resources]}
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    version = ctx.api_version
+    try:
+        result = await node.submit(
+            lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(state, request, version),
+            gated=not request.validate_only,
+        )
+    except WritesBlockedError as exc:
+        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
+        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    except NotControllerError as exc:
+        return error_response(request, ErrorCode.NOT_CONTROLLER,
+                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    log.info("controller.configs_altered", client_id=ctx.client_id, records=len(result.records),
+             failed={f"{r['resource_type']}:{r['resource_name']}": r["error_code"]
+                     for r in result.response["responses"] if r["error_code"]})
+    return result.response
