@@ -82,6 +82,7 @@ def controller_apis() -> dict[int, ServedApi]:
         delete_topics,
         describe_cluster,
         describe_configs,
+        describe_migration,
         describe_quorum,
         incremental_alter_configs,
         metadata,
@@ -105,6 +106,8 @@ def controller_apis() -> dict[int, ServedApi]:
         served(20, 0, 6, delete_topics.handle, is_async=True),
         served(32, 0, 4, describe_configs.handle),
         served(44, 0, 1, incremental_alter_configs.handle, is_async=True),
+        # kraftwerk's DescribeMigration (KIP-866 status; `kraftwerk migration status`).
+        served(10001, 0, 0, describe_migration.handle),
         # KRaft RPCs between controllers (and, with issue 4, broker observers).
         served(1, 17, 17, rpc.serve, is_async=True),
         served(52, 0, 1, rpc.serve, is_async=True),
@@ -130,5 +133,6 @@ def broker_apis() -> dict[int, ServedApi]:
         served(19, 0, 7, forwarded.handle, is_async=True),
         served(20, 0, 6, forwarded.handle, is_async=True),
         served(44, 0, 1, forwarded.handle, is_async=True),
+        served(10001, 0, 0, forwarded.handle, is_async=True),
     ]
     return {api.api_key: api for api in table}

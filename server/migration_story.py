@@ -60,6 +60,17 @@ async def _describe_migration(address: str):
         return await client.call(DESCRIBE_MIGRATION_KEY, {})
 
 
+async def _unfenced_brokers(address: str) -> list[int]:
+    host, _, port = address.rpartition(":")
+    async with await KafkaClient.connect(host, int(port)) as client:
+        reply = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+    return sorted(b.broker_id for b in reply.brokers if b.broker_id < FIRST_CONTROLLER_ID)
+
+
+def unfenced_brokers(address: str) -> list[int]:
+    return trio.run(_unfenced_brokers, address)
+
+
 def describe_migration(address: str) -> MigrationView | None:
     """None when `address` is not the active controller."""
     response = trio.run(_describe_migration, address)
@@ -249,6 +260,27 @@ class MigrationCluster:
             return False
         self.wait_until("ZooKeeper to catch up with the metadata log", caught_up, timeout_s)
         return found[-1]
+
+    def wait_controllers_in_step(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every live controller has applied what the active one has (standbys serve
+        Metadata from their own replay, which trails the leader's by a little)."""
+        from server.upgrade_story import node_view
+
+        def in_step() -> bool:
+            view = self.migration()
+            if view is None:
+                return False
+            leader = node_view(self.address(view.controller_id)).epoch
+            return all(node_view(spec.address).epoch >= leader
+                       for spec in self.controllers if self.alive(spec.node_id))
+        self.wait_until("every controller to apply what the active one has", in_step, timeout_s)
+
+    def unfenced_brokers(self) -> list[int]:
+        """Brokers the active controller lists as unfenced (DescribeCluster)."""
+        view = self.migration()
+        if view is None:
+            return []
+        return unfenced_brokers(self.address(view.controller_id))
 
     def zookeeper_image(self):
         return read_zookeeper(self.zk_hosts)

@@ -39,9 +39,10 @@ def cluster(tmp_path):
 
 def kraft_topics(admin: KafkaAdminClient) -> dict[str, dict[int, tuple]]:
     described = admin.describe_topics()
-    return {t["topic"]: {p["partition"]: (tuple(p["replicas"]), p["leader"], tuple(sorted(p["isr"])))
-                         for p in t["partitions"]}
-            for t in described if not t["topic"].startswith("__")}
+    return {t["name"]: {p["partition_index"]: (tuple(p["replica_nodes"]), p["leader_id"],
+                                               tuple(sorted(p["isr_nodes"])))
+                        for p in t["partitions"]}
+            for t in described}
 
 
 def zk_topics(image: zp.ZkClusterImage) -> dict[str, dict[int, tuple]]:
@@ -62,6 +63,7 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
     view = cluster.wait_state("MigrationActive")
     assert view.zk_brokers == (1, 2, 3) and view.failures == ()
     cluster.wait_caught_up()
+    cluster.wait_controllers_in_step()
 
     # ZooKeeper's controller role belongs to the active KRaft controller now (persistent).
     zk = cluster.zookeeper_image()
@@ -74,13 +76,14 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
         # The copy: the log holds exactly what ZooKeeper held.
         assert kraft_topics(admin) == zk_topics(before)
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "topic-0")])
-        assert ("retention.ms", "86400000") in {(c[0], c[1]) for c in _config_entries(configs)}
+        assert configs["topic"]["topic-0"]["retention.ms"]["value"] == "86400000"
 
         # Dual writes: every change made through the KRaft quorum reaches ZooKeeper.
         admin.create_topics([NewTopic("dual-write", 2, 3, topic_configs={"cleanup.policy": "compact"})])
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "topic-1", configs={"retention.ms": "1000"})])
         admin.delete_topics(["topic-3"])
         cluster.wait_caught_up()
+        cluster.wait_controllers_in_step()
         zk = cluster.zookeeper_image()
         assert zk_topics(zk) == kraft_topics(admin)
         assert "topic-3" not in zk.topics and "topic-3" not in zk.topic_configs
@@ -104,6 +107,8 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
     cluster.finalize()
     view = cluster.wait_state("KRaft")
     assert view.zk_migration_state == 3  # POST_MIGRATION
+    cluster.wait_until("the KRaft brokers to be unfenced by the restarted quorum",
+                       lambda: cluster.unfenced_brokers() == [1, 2, 3])
     admin = KafkaAdminClient(bootstrap_servers=cluster.controller_addresses, request_timeout_ms=TIMEOUT_MS,
                              client_id="kraftwerk-migration-e2e")
     try:
@@ -120,13 +125,3 @@ class _Empty:
 
 
 _EMPTY = _Empty()
-
-
-def _config_entries(responses) -> list[tuple]:
-    entries = []
-    for response in responses:
-        for resource in response.resources:
-            # (error_code, error_message, resource_type, resource_name, config_entries)
-            for entry in resource[4]:
-                entries.append((entry[0], entry[1]))
-    return entries
