@@ -108,6 +108,11 @@ class ServerConfig:
     # kraftwerk's (KIP-866 leaves the bound open): above this many committed records not yet
     # written back to ZooKeeper, the active controller refuses new metadata writes.
     migration_max_write_behind_lag_records: int = 10_000
+    # kraftwerk's: records per controller command (one Raft batch) during the copy, and a
+    # pause between those commands. The pause is a fault drill (0 in production): it
+    # stretches the copy so an operator or a test can kill a controller in the middle.
+    migration_copy_chunk_records: int = 5_000
+    migration_copy_pause_ms: int = 0
     # kraftwerk's: serve Prometheus metrics over HTTP on this port (0 picks a free one;
     # None serves none). Kafka exposes the same metrics over JMX.
     metrics_port: int | None = None
@@ -170,6 +175,8 @@ _KNOWN = {
     "zookeeper.connect": ("zookeeper_connect", str),
     "zookeeper.session.timeout.ms": ("zookeeper_session_timeout_ms", int),
     "kraftwerk.migration.max.write.behind.lag.records": ("migration_max_write_behind_lag_records", int),
+    "kraftwerk.migration.copy.chunk.records": ("migration_copy_chunk_records", int),
+    "kraftwerk.migration.copy.pause.ms": ("migration_copy_pause_ms", int),
     "kraftwerk.metrics.port": ("metrics_port", int),
 }
 

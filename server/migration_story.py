@@ -24,7 +24,7 @@ import trio
 from server import local_cluster as lc
 from server.client import ClientError, KafkaClient
 from server.storage.meta_properties import random_uuid_string
-from server.zk.process import ZooKeeperProcess
+from server.zk.process import ZooKeeperProcess, ZooKeeperSettings
 from server.zk.seed import SeedSpec, read_zookeeper, seed_zookeeper
 
 FIRST_CONTROLLER_ID = 3000
@@ -86,11 +86,14 @@ def describe_migration(address: str) -> MigrationView | None:
 class MigrationCluster:
     def __init__(self, work: Path, *, zk_brokers: int = 3, controllers: int = 3, seed: SeedSpec | None = None,
                  metadata_version: str = "3.7-IV4", broker_release: str | None = None,
-                 controller_extra: dict[str, str] | None = None) -> None:
+                 controller_extra: dict[str, str] | None = None,
+                 zookeeper_settings: ZooKeeperSettings | None = None) -> None:
+        # zookeeper_settings: zoo.cfg knobs (None: ZooKeeperProcess's defaults, forceSync off);
+        # bench/bench_migration.py passes force_sync=True to measure with real fsync.
         self.work = work
         work.mkdir(parents=True, exist_ok=True)
         self.cluster_id = random_uuid_string()
-        self.zookeeper = ZooKeeperProcess(work / "zookeeper")
+        self.zookeeper = ZooKeeperProcess(work / "zookeeper", settings=zookeeper_settings)
         self.seed = seed or SeedSpec(cluster_id=self.cluster_id, broker_ids=tuple(range(1, zk_brokers + 1)))
         if self.seed.cluster_id != self.cluster_id:
             self.cluster_id = self.seed.cluster_id
@@ -172,6 +175,23 @@ class MigrationCluster:
     def start_controllers(self) -> None:
         for spec in self.controllers:
             self.start_controller(spec.node_id)
+
+    def reset_quorum(self) -> None:
+        """A fresh KRaft quorum (stopped, its metadata deleted, formatted again with the
+        migration on): what an operator does before migrating again after a rollback."""
+        import shutil
+
+        for spec in self.controllers:
+            self.stop(spec.node_id)
+            shutil.rmtree(spec.metadata_dir, ignore_errors=True)
+            self.migration_enabled[spec.node_id] = True
+        self.format_controllers()
+
+    def events(self, node_id: int, event: str) -> list[dict]:
+        """The structured log lines `event` of one node's log."""
+        from server.upgrade_story import log_events
+
+        return log_events(self.spec(node_id).log_path, event)
 
     # -- the migration's steps ---------------------------------------------------------
     def migrate_broker(self, broker_id: int) -> lc.ControllerProcess:

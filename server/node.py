@@ -209,7 +209,9 @@ class ControllerNode(ServingNode):
             self.migration = MigrationDriver(
                 self, self.config.zookeeper_connect,
                 max_lag_records=self.config.migration_max_write_behind_lag_records,
-                session_timeout_s=self.config.zookeeper_session_timeout_ms / 1000)
+                session_timeout_s=self.config.zookeeper_session_timeout_ms / 1000,
+                copy_chunk_records=self.config.migration_copy_chunk_records,
+                copy_pause_s=self.config.migration_copy_pause_ms / 1000)
         log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=replay_from,
                  log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
                  metadata_version=state.metadata_version, cluster_id=self.cluster_id)

@@ -91,6 +91,7 @@ class Event(StrEnum):
     MIGRATION_ZK_LEADERSHIP_CLAIMED = "migration.zk_leadership_claimed"
     MIGRATION_TRANSACTION_ABORTED = "migration.transaction_aborted"
     MIGRATION_COPY_STARTED = "migration.copy_started"
+    MIGRATION_COPY_PROGRESS = "migration.copy_progress"
     MIGRATION_COPY_FINISHED = "migration.copy_finished"
     MIGRATION_DUAL_WRITE = "migration.dual_write"
     MIGRATION_FENCED = "migration.fenced"

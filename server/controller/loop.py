@@ -55,7 +55,7 @@ from server.controller.features import (
     is_lossless_downgrade,
     unsupported_finalized_levels,
 )
-from server.controller.snapshot import encode_snapshot_records, load_snapshot
+from server.controller.snapshot import load_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
 from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, SnapshotLoaded
@@ -78,8 +78,9 @@ def wall_clock_ms() -> int:
 
 
 def copy_state(state: ControllerState) -> ControllerState:
-    """An independent, equal copy, built by the snapshot round trip (exact by its tests)."""
-    return load_snapshot(encode_snapshot_records(state), state.last_applied_offset + 1, state.cluster_id)
+    """An independent, equal copy, an open metadata transaction included (a leader that
+    takes over in the middle of one must be able to abort it)."""
+    return state.copy()
 
 
 class NotControllerError(Exception):

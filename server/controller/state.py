@@ -203,6 +203,16 @@ class ControllerState:
         self._transaction_start: int | None = None
         self._transaction_base: _Image | None = None
 
+    def copy(self) -> "ControllerState":
+        """An independent, equal copy, an open metadata transaction included (its
+        rollback base too): the controller loop's speculative state starts from it."""
+        clone = ControllerState(self.cluster_id)
+        clone._image = self._image.copy()
+        clone._last_applied_offset = self._last_applied_offset
+        clone._transaction_start = self._transaction_start
+        clone._transaction_base = self._transaction_base.copy() if self._transaction_base is not None else None
+        return clone
+
     # ---- reads -------------------------------------------------------------
 
     @property

@@ -170,10 +170,13 @@ def now_ms() -> int:
 
 class MigrationDriver:
     def __init__(self, node, zk_hosts: str, *, max_lag_records: int, session_timeout_s: float = 18.0,
+                 copy_chunk_records: int = mcopy.DEFAULT_CHUNK_RECORDS, copy_pause_s: float = 0.0,
                  read_zookeeper: Callable[[str], zp.ZkClusterImage] | None = None) -> None:
         self.node = node
         self.zk_hosts = zk_hosts
         self.max_lag_records = max_lag_records
+        self.copy_chunk_records = copy_chunk_records
+        self.copy_pause_s = copy_pause_s
         self.session_timeout_s = session_timeout_s
         if read_zookeeper is None:
             from server.zk.seed import read_zookeeper as read_zookeeper_blocking
@@ -474,7 +477,7 @@ class MigrationDriver:
         log.info(Event.MIGRATION_COPY_STARTED, brokers=len(plan.brokers), topics=len(image.topics),
                  partitions=image.partition_count(), records=plan.total_records)
         started = trio.current_time()
-        chunks = list(mcopy.copy_chunks(plan)) or [[]]
+        chunks = list(mcopy.copy_chunks(plan, self.copy_chunk_records)) or [[]]
         mv = self.node.state.metadata_version
         for index, chunk in enumerate(chunks):
             first, last = index == 0, index == len(chunks) - 1
@@ -493,6 +496,10 @@ class MigrationDriver:
                 return ControllerResult(records, {})
 
             await self._submit(command, transactional=True)
+            log.info(Event.MIGRATION_COPY_PROGRESS, chunk=index + 1, chunks=len(chunks),
+                     transaction_start=self.node.state.transaction_start_offset)
+            if self.copy_pause_s > 0 and not last:
+                await trio.sleep(self.copy_pause_s)
         end_offset = self.loop.replayed_end_offset - 1
         log.info(Event.MIGRATION_COPY_FINISHED, records=plan.total_records, end_offset=end_offset,
                  seconds=round(trio.current_time() - started, 3))

@@ -317,3 +317,27 @@ def test_the_same_topic_record_again_restarts_the_topic():
     assert dict(cluster.state.configs(RESOURCE_TOPIC, "orders"))["retention.ms"] == "1000"
     assert cluster.state == cluster.replayed_from_scratch()
     assert round_trip(cluster.state) == cluster.state
+
+
+def test_a_copy_is_equal_and_independent_even_inside_a_transaction():
+    from protocol import metadata_records as mr
+    from protocol.records import record
+    from server.controller import commands as cmd
+    from server.controller.state import ControllerState
+
+    state = ControllerState("q1Sh-9_ISia_zwGINzRvyQ")
+    offset = 0
+    for item in cmd.bootstrap_records(19):
+        state.replay(item, offset)
+        offset += 1
+    topic_id = uuid.UUID(int=7)
+    for item in (record(mr.BEGIN_TRANSACTION_RECORD, {"name": "t"}, 0),
+                 record(mr.TOPIC_RECORD, {"name": "inside", "topic_id": topic_id}, 0)):
+        state.replay(item, offset)
+        offset += 1
+    clone = state.copy()
+    assert clone == state and clone.in_transaction and clone.transaction_start_offset == state.transaction_start_offset
+    # Independent: aborting in the copy rolls the copy back and leaves the original alone.
+    clone.replay(record(mr.ABORT_TRANSACTION_RECORD, {"reason": "test"}, 0), offset)
+    assert clone.topic("inside") is None and not clone.in_transaction
+    assert state.topic("inside") is not None and state.in_transaction
