@@ -95,6 +95,7 @@ class Event(StrEnum):
     MIGRATION_COPY_FINISHED = "migration.copy_finished"
     MIGRATION_DUAL_WRITE = "migration.dual_write"
     MIGRATION_FENCED = "migration.fenced"
+    MIGRATION_FAILED = "migration.failed"
     MIGRATION_ZK_UNAVAILABLE = "migration.zookeeper_unavailable"
     MIGRATION_RECONCILED = "migration.reconciled"
     MIGRATION_WRITES_BLOCKED = "migration.writes_blocked"

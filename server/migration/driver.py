@@ -51,6 +51,7 @@ from protocol.errors import ErrorCode
 from protocol.records import decode_metadata_record
 from server.client import ClientError, KafkaClient
 from server.controller.commands import ControllerResult
+from server.controller.loop import NotControllerError
 from server.migration import copy as mcopy
 from server.migration.brokers import zk_broker_records
 from server.migration.state import (
@@ -83,6 +84,7 @@ from server.zk.client import (
     ZkVersionConflict,
 )
 from server.zk.client import connect as zk_connect
+from server.zk.seed import ZkWireError
 
 log = get_logger("migration")
 
@@ -269,6 +271,11 @@ class MigrationDriver:
                         # Wait for the quorum to move on; if it does not within a session, try again.
                         with trio.move_on_after(self.session_timeout_s):
                             await self.loop.wait_inactive()
+                    except NotControllerError:
+                        pass  # leadership ended under a submit; the next activation starts over
+                    except Exception as exc:  # the migration must never take the controller down
+                        log.exception(Event.MIGRATION_FAILED, error=repr(exc), epoch=epoch)
+                        await trio.sleep(ZK_RETRY_S)
                     leading.cancel_scope.cancel()
                 self.status.dual_writing = False
                 self._mirror = None
@@ -301,7 +308,7 @@ class MigrationDriver:
         while True:
             try:
                 return await call()
-            except ZkConnectionError as exc:
+            except (ZkConnectionError, ZkWireError, OSError) as exc:
                 self._mirror = None
                 log.warning(Event.MIGRATION_ZK_UNAVAILABLE, hosts=self.zk_hosts, during=what, error=str(exc))
                 await trio.sleep(ZK_RETRY_S)
