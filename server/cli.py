@@ -582,6 +582,8 @@ def cmd_cluster_up(args) -> int:
     from server.local_cluster import LocalClusterError
     from server.upgrade_story import LocalCluster, StoryError
 
+    if args.zookeeper:
+        return _cluster_up_zookeeper(args)
     if not 1 <= args.controllers <= 9:
         raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
     if not 0 <= args.brokers <= 50:
@@ -619,6 +621,124 @@ def cmd_cluster_up(args) -> int:
         return EXIT_OK
     except (LocalClusterError, StoryError) as exc:
         raise CommandError(str(exc)) from None
+    finally:
+        cluster.stop_all()
+
+
+def _cluster_up_zookeeper(args) -> int:
+    """`kraftwerk cluster up --zookeeper`: a ZooKeeper-mode cluster with its migration to
+    KRaft (KIP-866) switched on, left at MigrationActive for the operator to continue."""
+    import shlex
+
+    from server.local_cluster import LocalClusterError
+    from server.migration_story import MigrationCluster, MigrationStoryError
+    from server.storage.meta_properties import random_uuid_string
+    from server.zk.process import ZooKeeperStartError, zookeeper_missing
+    from server.zk.seed import SeedSpec
+
+    if not 1 <= args.controllers <= 9:
+        raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
+    if not 1 <= args.brokers <= 50:
+        raise CommandError("--brokers must be between 1 and 50 with --zookeeper (a ZooKeeper-mode cluster "
+                           "to migrate has brokers)")
+    reason = zookeeper_missing()
+    if reason is not None:
+        raise CommandError(f"cannot start ZooKeeper: {reason}")
+    work = Path(args.dir).resolve()
+    if work.exists() and not args.keep:
+        import shutil
+
+        shutil.rmtree(work)
+    broker_ids = tuple(range(1, args.brokers + 1))
+    seed = SeedSpec(cluster_id=random_uuid_string(), broker_ids=broker_ids, topics=5, partitions_per_topic=3,
+                    replication_factor=min(3, len(broker_ids)), topic_configs={"retention.ms": "604800000"},
+                    broker_configs={"<default>": {"log.retention.hours": "168"}})
+    # Every node serves Prometheus metrics on a free port (printed below): the migration's
+    # state and ZooKeeper write-behind lag are what an operator watches.
+    metrics = {"kraftwerk.metrics.port": "0"}
+    controller_extra = dict(metrics)
+    if args.release:
+        controller_extra["kraftwerk.release"] = args.release
+    cluster = MigrationCluster(work, zk_brokers=args.brokers, controllers=args.controllers, seed=seed,
+                               metadata_version=args.metadata_version or "3.7-IV4", broker_release=args.release,
+                               controller_extra=controller_extra, broker_extra=metrics,
+                               controller_base_port=args.base_port, broker_base_port=args.broker_base_port,
+                               zookeeper_port=args.zookeeper_port)
+
+    def metrics_url(node_id: int) -> str:
+        port = cluster.metrics_port(node_id)
+        return f"http://127.0.0.1:{port}/metrics" if port else "(none)"
+
+    def kw(*argv) -> str:
+        return "kraftwerk " + " ".join(shlex.quote(str(a)) for a in argv)
+
+    try:
+        print(f"Starting a ZooKeeper-mode cluster to migrate in {work} (cluster id {cluster.cluster_id})",
+              flush=True)
+        cluster.start_zookeeper()
+        print(f"  ZooKeeper on {cluster.zk_hosts} (logs {cluster.zookeeper.log_path}), seeded with "
+              f"{seed.topics} topics x {seed.partitions_per_topic} partitions (replication factor "
+              f"{seed.replication_factor}), topic and broker configs, /cluster/id", flush=True)
+        for broker_id in broker_ids:
+            process = cluster.start_zk_broker(broker_id)
+            spec = process.spec
+            print(f"  ZooKeeper-mode broker {broker_id} listening on {process.address} (pid "
+                  f"{process.process.pid}, config {spec.config_path}, logs {spec.log_path}, metrics "
+                  f"{metrics_url(broker_id)})", flush=True)
+        cluster.wait_until(f"{len(broker_ids)} brokers registered in ZooKeeper",
+                           lambda: len(cluster.zookeeper_image().brokers) == len(broker_ids))
+        cluster.format_controllers()
+        for spec in cluster.controllers:
+            process = cluster.start_controller(spec.node_id)
+            print(f"  KRaft controller {spec.node_id} (kafka.metadata.migration.enable=true) listening on "
+                  f"{process.address} (pid {process.process.pid}, config {spec.config_path}, logs "
+                  f"{spec.log_path}, metrics {metrics_url(spec.node_id)})", flush=True)
+        view = cluster.wait_state("MigrationActive")
+        view = cluster.wait_caught_up()
+        print(f"  the migration is MigrationActive: controller {view.controller_id} copied ZooKeeper's metadata "
+              f"into the log and writes every change back to ZooKeeper (caught up at offset "
+              f"{view.zk_last_offset}); ZooKeeper brokers {list(view.zk_brokers)}", flush=True)
+
+        kraft_dir = work / "kraft"
+        first_controller = cluster.controllers[0].address
+        print("\nWatch the migration:")
+        print(f"  {kw('migration', 'status', '--bootstrap-server', first_controller)}")
+        print(f"  curl -s {metrics_url(view.controller_id)} | grep -E "
+              "'kafka_controller_(migration_state|zookeeper_write_behind_lag)'")
+        print(f"  {kw('features', 'describe', '--bootstrap-server', first_controller)}")
+        print("\nMove the brokers to KRaft mode, one at a time (configs ready in "
+              f"{kraft_dir}; same ids and ports):")
+        for broker_id in broker_ids:
+            config = cluster.write_kraft_broker_config(broker_id, kraft_dir)
+            pid = cluster.processes[broker_id].process.pid
+            print(f"  # broker {broker_id}")
+            print(f"  kill -TERM {pid}    # stop the ZooKeeper-mode broker (its registration goes with it)")
+            fmt = kw("storage", "format", "--cluster-id", cluster.cluster_id, "--metadata-version",
+                     cluster.metadata_version, "--config", config)
+            print(f"  {fmt}")
+            print(f"  {kw('broker', '--config', config)}")
+        print("  `migration status` then lists the broker under KRaftBrokers; with every broker moved the "
+              "state is MigrationFinished.")
+        print("\nFinalize once MigrationFinished (no way back to ZooKeeper after this): restart the controllers "
+              "one at a time without the switch:")
+        for spec in cluster.controllers:
+            pid = cluster.processes[spec.node_id].process.pid
+            print(f"  # controller {spec.node_id}")
+            print(f"  kill -TERM {pid}    # and wait until it has exited")
+            print(f"  sed -i -e '/^kafka.metadata.migration.enable=/d' -e '/^zookeeper.connect=/d' "
+                  f"{shlex.quote(str(spec.config_path))}")
+            print(f"  {kw('controller', '--config', spec.config_path)}")
+        print("  `migration status` then says KRaft.")
+        print("\nRoll back instead (any time before finalizing):")
+        zk_broker = kw("broker", "--zookeeper", cluster.zk_hosts, "--config", cluster.spec(broker_ids[0]).config_path)
+        print(f"  restart every KRaft-mode broker in ZooKeeper mode again, e.g. {zk_broker}")
+        print("  stop every controller with kill -TERM (a clean stop first writes what ZooKeeper still lacks)")
+        print(f"  {kw('migration', 'rollback', '--zookeeper', cluster.zk_hosts)}", flush=True)
+        if not args.exit:
+            _wait_for_interrupt(list(cluster.processes.values()))
+        return EXIT_OK
+    except (LocalClusterError, MigrationStoryError, ZooKeeperStartError) as exc:
+        raise CommandError(f"{exc} (logs in {work})") from None
     finally:
         cluster.stop_all()
 
@@ -852,7 +972,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True)
     up = cluster_sub.add_parser("up", help="format and start local controllers and brokers on 127.0.0.1")
     up.add_argument("--controllers", type=int, default=3)
-    up.add_argument("--brokers", type=int, default=3, help="broker agents, ids 101, 102, ...")
+    up.add_argument("--brokers", type=int, default=3, help="broker agents, ids 101, 102, ... (with --zookeeper: "
+                                                           "ZooKeeper-mode brokers, ids 1, 2, ...)")
     up.add_argument("--base-port", type=int, default=9093, help="controller N listens on base-port + N - 1")
     up.add_argument("--broker-base-port", type=int, default=9192, help="broker 10N listens on this + N - 1")
     up.add_argument("--dir", default="var/cluster")
@@ -860,6 +981,10 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--release", help="run every node as this Apache Kafka release (e.g. 3.6)")
     up.add_argument("--metadata-version", default=None, help="format at this metadata.version")
     up.add_argument("--exit", action="store_true", help="stop again once everything is up (for scripts)")
+    up.add_argument("--zookeeper", action="store_true",
+                    help="a ZooKeeper-mode cluster (real ZooKeeper, seeded) with KRaft controllers migrating it "
+                         "(KIP-866); stops at MigrationActive and prints the next steps")
+    up.add_argument("--zookeeper-port", type=int, default=2181, help="with --zookeeper: ZooKeeper's client port")
     up.set_defaults(func=cmd_cluster_up)
     story = cluster_sub.add_parser("demo-upgrade", help="3 controllers + 3 brokers: roll 3.5 -> 3.7, upgrade "
                                                         "metadata.version online, downgrade safe and unsafe")

@@ -14,6 +14,7 @@ controllers are 3000, 3001, ...
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,24 +88,30 @@ class MigrationCluster:
     def __init__(self, work: Path, *, zk_brokers: int = 3, controllers: int = 3, seed: SeedSpec | None = None,
                  metadata_version: str = "3.7-IV4", broker_release: str | None = None,
                  controller_extra: dict[str, str] | None = None,
-                 zookeeper_settings: ZooKeeperSettings | None = None) -> None:
+                 zookeeper_settings: ZooKeeperSettings | None = None,
+                 broker_extra: dict[str, str] | None = None, controller_base_port: int | None = None,
+                 broker_base_port: int | None = None, zookeeper_port: int = 0) -> None:
         # zookeeper_settings: zoo.cfg knobs (None: ZooKeeperProcess's defaults, forceSync off);
         # bench/bench_migration.py passes force_sync=True to measure with real fsync.
+        # broker_extra: properties for every broker, in ZooKeeper and in KRaft mode (e.g.
+        # kraftwerk.metrics.port). Ports: free ones unless a base port is given (`kraftwerk
+        # cluster up --zookeeper`); ZooKeeper's likewise.
         self.work = work
         work.mkdir(parents=True, exist_ok=True)
         self.cluster_id = random_uuid_string()
-        self.zookeeper = ZooKeeperProcess(work / "zookeeper", settings=zookeeper_settings)
+        self.zookeeper = ZooKeeperProcess(work / "zookeeper", port=zookeeper_port, settings=zookeeper_settings)
         self.seed = seed or SeedSpec(cluster_id=self.cluster_id, broker_ids=tuple(range(1, zk_brokers + 1)))
         if self.seed.cluster_id != self.cluster_id:
             self.cluster_id = self.seed.cluster_id
-        controller_port = lc.free_port_run(controllers)
-        broker_port = lc.free_port_run(zk_brokers)
+        controller_port = controller_base_port if controller_base_port else lc.free_port_run(controllers)
+        broker_port = broker_base_port if broker_base_port else lc.free_port_run(zk_brokers)
         self.controllers = [lc.ControllerSpec(FIRST_CONTROLLER_ID + i, controller_port + i, work)
                             for i in range(controllers)]
         self.brokers = [lc.broker_spec(i + 1, broker_port + i, work) for i in range(zk_brokers)]
         self.metadata_version = metadata_version
         self.broker_release = broker_release
         self.controller_extra = dict(controller_extra or {})
+        self.broker_extra = dict(broker_extra or {})
         self.migration_enabled = {spec.node_id: True for spec in self.controllers}
         self.kraft_mode: set[int] = set()  # brokers restarted in KRaft mode
         self.processes: dict[int, lc.ControllerProcess] = {}
@@ -136,6 +143,7 @@ class MigrationCluster:
                  f"zookeeper.connect={self.zk_hosts}", "kafka.metadata.migration.enable=true"]
         if self.broker_release:
             lines.append(f"kraftwerk.release={self.broker_release}")
+        lines += [f"{key}={value}" for key, value in self.broker_extra.items()]
         spec.directory.mkdir(parents=True, exist_ok=True)
         spec.config_path.write_text("\n".join(lines) + "\n")
 
@@ -198,15 +206,29 @@ class MigrationCluster:
         """Restarts a ZooKeeper-mode broker as a KRaft broker agent (same id and port)."""
         self.stop(broker_id)
         spec = self.spec(broker_id)
-        extra = {"broker.heartbeat.interval.ms": "500"}
-        if self.broker_release:
-            extra["kraftwerk.release"] = self.broker_release
-        lc.write_config(spec, self.controllers, extra)
+        lc.write_config(spec, self.controllers, self._kraft_broker_extra())
         lc.format_node(spec, self.cluster_id, self.metadata_version)
         process = lc.start_controller(spec)
         self.processes[broker_id] = process
         self.kraft_mode.add(broker_id)
         return process
+
+    def _kraft_broker_extra(self) -> dict[str, str]:
+        extra = {"broker.heartbeat.interval.ms": "500"}
+        if self.broker_release:
+            extra["kraftwerk.release"] = self.broker_release
+        extra.update(self.broker_extra)
+        return extra
+
+    def kraft_broker_spec(self, broker_id: int, directory: Path) -> lc.ControllerSpec:
+        """Broker `broker_id` in KRaft mode with its files under `directory` (same id, same port)."""
+        return lc.broker_spec(broker_id, self.spec(broker_id).port, directory)
+
+    def write_kraft_broker_config(self, broker_id: int, directory: Path) -> Path:
+        """The properties `migrate_broker` would run broker `broker_id` with, written under
+        `directory` (for an operator who moves the broker by hand)."""
+        return lc.write_config(self.kraft_broker_spec(broker_id, directory), self.controllers,
+                               self._kraft_broker_extra())
 
     def finalize(self) -> None:
         """KIP-866's last step: every controller restarted with the migration switched off."""
@@ -304,3 +326,28 @@ class MigrationCluster:
 
     def zookeeper_image(self):
         return read_zookeeper(self.zk_hosts)
+
+    def metrics_port(self, node_id: int) -> int | None:
+        """The Prometheus port node `node_id` serves (with `kraftwerk.metrics.port` set),
+        from the `metrics.serving` event in its log; None if it logged none. The log
+        is appended across restarts and a node logs the event before it reports its
+        port, so once a start returned the last event is the running process's."""
+        return metrics_port_from_log(self.spec(node_id).log_path)
+
+
+def metrics_port_from_log(log_path: Path) -> int | None:
+    """The port of the last `metrics.serving` event in a node's JSON-lines log."""
+    if not log_path.exists():
+        return None
+    port = None
+    with log_path.open("rb") as handle:
+        for line in handle:
+            if b'"metrics.serving"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a kill -9
+            if event.get("event") == "metrics.serving":
+                port = int(event["port"])
+    return port

@@ -8,7 +8,9 @@ metadata image (features, brokers, controller) with the same
 (server/broker/lifecycle.py) and the client listener — and what happens when
 the finalized metadata.version changes (KIP-778): renegotiate ApiVersions with
 the controllers, close client connections so clients reconnect and see the new
-versions, or stop when the new level cannot be run.
+versions, or stop when the new level cannot be run; and its Prometheus
+endpoint when `kraftwerk.metrics.port` is set (MetadataType 3, the finalized
+features, Kafka's BrokerState, registered/fenced, the observer's Raft view).
 
 Rules kept here:
 - `--release` decides the supported feature ranges (server/releases.py); the
@@ -32,6 +34,7 @@ import random
 from pathlib import Path
 
 import trio
+from prometheus_client import Gauge
 
 from protocol.errors import ErrorCode
 from protocol.registry import API_MESSAGES
@@ -44,6 +47,7 @@ from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.gating import GATES
+from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_listener
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.node import METADATA_LOG_DIR_NAME, StartupError
@@ -64,6 +68,17 @@ FORWARD_TIMEOUT_S = 10.0
 METADATA_WAIT_S = 30.0
 
 
+# Kafka's BrokerState numbers (kafka.server:type=KafkaServer,name=BrokerState).
+BROKER_STATE_NUMBERS = {
+    BrokerState.STARTING: 1,
+    BrokerState.RECOVERY: 2,
+    BrokerState.RUNNING: 3,
+    BrokerState.PENDING_CONTROLLED_SHUTDOWN: 6,
+    BrokerState.SHUTTING_DOWN: 7,
+}
+METADATA_TYPE_KRAFT = 3  # KIP-866's MetadataType: ZooKeeper 1, Dual 2, KRaft 3
+
+
 def _mv_text(level: int) -> str:
     """`3.7-IV2` for a known metadata.version level, the number otherwise (for logs)."""
     return str(find_metadata_version(level) or level)
@@ -75,6 +90,8 @@ class BrokerNode(ServingNode):
     def __init__(self, config: ServerConfig, rng: random.Random | None = None) -> None:
         self.config = config
         self.metrics = Metrics()
+        self._init_broker_metrics()
+        self.metrics_port: int | None = None
         self._init_serving(broker_apis(), release_supported_features(
             config.release, config.unstable_feature_versions_enable))
         self._rng = rng or random.Random()
@@ -174,6 +191,12 @@ class BrokerNode(ServingNode):
                     await nursery.start(peer.run)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.replayer.run)
+                if self.config.metrics_port is not None:
+                    # Before the catch-up wait: a broker that is slow to catch up is
+                    # exactly the one an operator wants to scrape.
+                    self.metrics_port = await nursery.start(
+                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
+                        self.refresh_metrics)
                 # Clients are served once the image is current (bounded): before that the
                 # broker could only tell them stale features and ungated API versions.
                 await self.wait_metadata_known()
@@ -278,6 +301,58 @@ class BrokerNode(ServingNode):
     def software_range(self, api_key: int) -> tuple[int, int]:
         """The versions of a broker-to-controller API this software speaks."""
         return API_MESSAGES[api_key][0].version_range
+
+    # -- metrics ------------------------------------------------------------------------------
+    def _init_broker_metrics(self) -> None:
+        """A broker's gauges: the shared ones minus what only an active controller
+        reports (KIP-866: MigrationState and ZooKeeperWriteBehindLag come from the active
+        controller alone), plus its own lifecycle state."""
+        registry = self.metrics.registry
+        for controller_only in (self.metrics.migration_state, self.metrics.zookeeper_write_behind_lag,
+                                self.metrics.active_controller):
+            registry.unregister(controller_only)
+        self.broker_state_gauge = Gauge(
+            "kafka_server_broker_state", "Kafka's BrokerState (1 STARTING, 2 RECOVERY: registered and fenced, "
+            "3 RUNNING: unfenced, 6 PENDING_CONTROLLED_SHUTDOWN, 7 SHUTTING_DOWN)", registry=registry)
+        self.broker_registered_gauge = Gauge(
+            "kraftwerk_broker_registered", "1 while this broker holds a registration (a broker epoch)",
+            registry=registry)
+        self.broker_fenced_gauge = Gauge(
+            "kraftwerk_broker_fenced", "1 unless the active controller's latest heartbeat answer unfenced this "
+            "broker", registry=registry)
+        self.broker_epoch_gauge = Gauge("kraftwerk_broker_epoch", "This broker's epoch (-1: unregistered)",
+                                        registry=registry)
+
+    def refresh_metrics(self) -> None:
+        """Sets the gauges derived from the image and the lifecycle (called on every scrape)."""
+        metrics = self.metrics
+        metrics.metadata_type.set(METADATA_TYPE_KRAFT)
+        lifecycle = self.lifecycle
+        self.broker_state_gauge.set(BROKER_STATE_NUMBERS.get(lifecycle.state, 0))
+        self.broker_registered_gauge.set(1 if lifecycle.broker_epoch >= 0 else 0)
+        self.broker_epoch_gauge.set(lifecycle.broker_epoch)
+        driver = self.raft_driver
+        if driver is not None:
+            metrics.raft_epoch.set(driver.epoch)
+            metrics.raft_leader.set(driver.leader_id if driver.leader_id is not None else -1)
+            metrics.raft_high_watermark.set(driver.high_watermark)
+            metrics.raft_log_end_offset.set(driver.storage.end_offset)
+        # What the broker itself was told (its own image may replay the UnfenceBrokerRecord
+        # a little later than the heartbeat answer arrives).
+        unfenced = lifecycle.state in (BrokerState.RUNNING, BrokerState.PENDING_CONTROLLED_SHUTDOWN)
+        self.broker_fenced_gauge.set(0 if unfenced and lifecycle.broker_epoch >= 0 else 1)
+        state = self.state
+        if state is None:
+            return
+        metrics.metadata_offset.set(state.last_applied_offset)
+        if state.metadata_version is not None:
+            metrics.finalized_metadata_version.set(state.metadata_version)
+        metrics.features.clear()
+        for feature, level in sorted(state.all_finalized_levels().items()):
+            metrics.features.labels(feature=feature, level=str(level)).set(1)
+        fenced = sum(1 for b in state.brokers.values() if b.fenced)
+        metrics.registered_brokers.labels(fenced="true").set(fenced)
+        metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
 
     # -- views for handlers -------------------------------------------------------------
     def own_endpoint(self) -> Endpoint:

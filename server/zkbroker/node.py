@@ -18,7 +18,11 @@ What it does, in Kafka's order:
    session (after an expiry it registers again);
 5. serves ApiVersions (ZkMigrationReady = kafka.metadata.migration.enable),
    Metadata and DescribeCluster from what UpdateMetadata told it, UpdateMetadata
-   and MigrationCheck.
+   and MigrationCheck;
+6. with `kraftwerk.metrics.port` set, serves Prometheus metrics: KIP-866's
+   MetadataType (1 ZooKeeper; 2 Dual while a KRaft controller sends it
+   UpdateMetadata during a migration), the finalized features of `/features`,
+   its registration and what it knows of the controller.
 Stopping (cancel, `request_stop()`, SIGTERM in the CLI) closes the ZooKeeper session
 first, so the ephemeral registration disappears at once.
 
@@ -33,10 +37,12 @@ import time
 from enum import IntEnum, StrEnum
 
 import trio
+from prometheus_client import Gauge
 
 from server.config import ServerConfig
 from server.controller.features import unsupported_finalized_levels
 from server.dispatch import Dispatcher
+from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_listener
 from server.observability import Metrics, get_logger
 from server.releases import supported_features as release_supported_features
@@ -99,8 +105,6 @@ class ZkBrokerNode:
     """One ZooKeeper-mode broker. `run()` serves until stopped or fatal."""
 
     is_broker = True
-    # For the Prometheus wiring: this broker's KIP-866 MetadataType.
-    metadata_type = MetadataType.ZOOKEEPER
 
     def __init__(self, config: ServerConfig, zookeeper_connect: str | None = None) -> None:
         hosts = zookeeper_connect or config.zookeeper_connect
@@ -111,6 +115,8 @@ class ZkBrokerNode:
         self.broker_id = config.node_id
         self.migration_enabled = config.migration_enabled
         self.metrics = Metrics()
+        self._init_zk_broker_metrics()
+        self.metrics_port: int | None = None
         self.served_apis = zk_broker_apis()
         self.supported_node_features = release_supported_features(
             config.release, config.unstable_feature_versions_enable)
@@ -135,6 +141,14 @@ class ZkBrokerNode:
         self._changed = trio.Event()
 
     # ------------------------------------------------------------------ views
+
+    @property
+    def metadata_type(self) -> MetadataType:
+        """KIP-866's MetadataType: Dual while the controller of the moment (the sender of
+        the latest accepted UpdateMetadata) is a KRaft controller, i.e. during a
+        migration; ZooKeeper otherwise (before it, and again after a rollback hands the
+        controller role back to a ZooKeeper broker)."""
+        return MetadataType.DUAL if self.metadata_cache.is_kraft_controller else MetadataType.ZOOKEEPER
 
     def metadata_type_value(self) -> int:
         return int(self.metadata_type)
@@ -217,6 +231,54 @@ class ZkBrokerNode:
             },
         )
 
+    # ------------------------------------------------------------------ metrics
+
+    def _init_zk_broker_metrics(self) -> None:
+        """The shared gauges a ZooKeeper-mode broker can fill (no Raft, no metadata log,
+        nothing only an active controller reports), plus its own."""
+        metrics = self.metrics
+        registry = metrics.registry
+        for not_ours in (metrics.migration_state, metrics.zookeeper_write_behind_lag, metrics.active_controller,
+                         metrics.raft_epoch, metrics.raft_leader, metrics.raft_high_watermark,
+                         metrics.raft_log_end_offset, metrics.metadata_offset, metrics.registered_brokers):
+            registry.unregister(not_ours)
+        self.registered_gauge = Gauge(
+            "kraftwerk_zkbroker_registered", "1 while /brokers/ids/<id> is this broker's (a broker epoch)",
+            registry=registry)
+        self.broker_epoch_gauge = Gauge(
+            "kraftwerk_broker_epoch", "This broker's epoch: its registration's czxid (-1: unregistered)",
+            registry=registry)
+        self.controller_id_gauge = Gauge(
+            "kraftwerk_zkbroker_controller_id", "The controller of the latest accepted UpdateMetadata (-1: none)",
+            registry=registry)
+        self.kraft_controller_gauge = Gauge(
+            "kraftwerk_zkbroker_kraft_controller", "1 when that controller is a KRaft controller (KIP-866)",
+            registry=registry)
+        self.live_brokers_gauge = Gauge(
+            "kraftwerk_zkbroker_live_brokers", "Live brokers in the latest accepted UpdateMetadata",
+            registry=registry)
+        self.update_metadata_gauge = Gauge(
+            "kraftwerk_zkbroker_update_metadata_applied", "UpdateMetadata requests applied since start",
+            registry=registry)
+
+    def refresh_metrics(self) -> None:
+        """Sets the gauges derived from the broker's state (called on every scrape)."""
+        metrics = self.metrics
+        cache = self.metadata_cache
+        metrics.metadata_type.set(self.metadata_type_value())
+        metrics.features.clear()
+        levels = self.finalized_levels()
+        for feature, level in sorted(levels.items()):
+            metrics.features.labels(feature=feature, level=str(level)).set(1)
+        if "metadata.version" in levels:
+            metrics.finalized_metadata_version.set(levels["metadata.version"])
+        self.registered_gauge.set(1 if self.broker_epoch >= 0 else 0)
+        self.broker_epoch_gauge.set(self.broker_epoch)
+        self.controller_id_gauge.set(cache.controller_id)
+        self.kraft_controller_gauge.set(1 if cache.is_kraft_controller else 0)
+        self.live_brokers_gauge.set(len(cache.live_brokers))
+        self.update_metadata_gauge.set(cache.updates_applied)
+
     # ------------------------------------------------------------------ UpdateMetadata
 
     def apply_update_metadata(self, request) -> UpdateOutcome:
@@ -293,6 +355,10 @@ class ZkBrokerNode:
                                                        self.config.listener.port, registry=self.connections,
                                                        task_status=task_status))
                 self.port = listeners[0].socket.getsockname()[1]
+                if self.config.metrics_port is not None:
+                    self.metrics_port = await nursery.start(
+                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
+                        self.refresh_metrics)
                 try:
                     with trio.fail_after(REGISTER_TIMEOUT_S):
                         await self._register(zk)

@@ -3,7 +3,10 @@
 Owns: the checks that the compose file describes 3 controllers and 3 broker
 agents, that every `kraftwerk ...` command line in it (commands and health
 checks) is one our CLI accepts, that every mounted properties file exists and
-loads, and that all nodes agree on one voter set.
+loads, and that all nodes agree on one voter set; and the same for
+deploy/docker-compose.migration.yml, that topology as a KIP-866 migration
+(ZooKeeper, ZooKeeper-mode brokers, controllers with the switch, the brokers' KRaft
+mode under a profile).
 
 Rules kept here:
 - `docker-compose config` is the authority on the file's syntax; where it is not
@@ -522,3 +525,112 @@ def test_the_cluster_id_is_a_kafka_uuid(services):
     from server.storage.meta_properties import parse_uuid_string
 
     parse_uuid_string(services["controller-1"]["environment"]["KRAFTWERK_CLUSTER_ID"])
+
+
+# --------------------------------------------------------------------------
+# deploy/docker-compose.migration.yml: the same topology as a KIP-866 migration
+# --------------------------------------------------------------------------
+
+MIGRATION_FILE = DEPLOY / "docker-compose.migration.yml"
+ZK_BROKER_IDS = (1, 2, 3)
+MIGRATION_CONTROLLER_IDS = (3000, 3001, 3002)
+ZOOKEEPER_CONNECT = "zookeeper:2181"
+
+
+@pytest.fixture(scope="module")
+def migration_services() -> dict[str, dict]:
+    text = MIGRATION_FILE.read_text()
+    try:
+        import yaml
+    except ImportError:
+        return read_yaml_subset(text)["services"]
+    return yaml.safe_load(text)["services"]
+
+
+def migration_config(service: dict, container_path: str, overrides: dict[str, str] | None = None):
+    source = mounts(service).get(container_path)
+    assert source is not None and source.startswith("./migration/"), f"{container_path} comes from {source}"
+    return load_config(DEPLOY / source, overrides or {})
+
+
+def test_docker_compose_accepts_the_migration_file():
+    command = _compose_command()
+    if command is None:
+        pytest.skip("neither docker-compose nor `docker compose` is on PATH (apt-get install docker-compose)")
+    result = subprocess.run([*command, "-f", str(MIGRATION_FILE), "--profile", "kraft", "config", "--services"],
+                            cwd=REPO, capture_output=True, text=True, timeout=COMPOSE_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    expected = ({"zookeeper", "zookeeper-init"} | {f"zk-broker-{n}" for n in ZK_BROKER_IDS}
+                | {f"controller-{n}" for n in MIGRATION_CONTROLLER_IDS} | {f"broker-{n}" for n in ZK_BROKER_IDS})
+    assert set(result.stdout.split()) == expected
+
+
+def test_the_migration_topology_migrates_the_same_brokers(migration_services):
+    services = migration_services
+    parser = strict_parser()
+    kraftwerk_services = {name: s for name, s in services.items() if name not in ("zookeeper", "zookeeper-init")}
+    cluster_ids = {services["zookeeper-init"]["environment"]["KRAFTWERK_CLUSTER_ID"]}
+    referenced = set()
+    for name, service in kraftwerk_services.items():
+        assert service["hostname"] == name
+        cluster_ids.add(service["environment"]["KRAFTWERK_CLUSTER_ID"])
+        referenced |= {Path(source).name for source in mounts(service).values() if source.startswith("./")}
+        invocations = [argv for line in command_lines(service) for argv in kraftwerk_invocations(line)]
+        for argv in [*invocations, healthcheck_invocation(service)]:
+            try:
+                parser.parse_args(argv[1:])
+            except SystemExit as exc:
+                pytest.fail(f"{name}: `{shlex.join(argv)}` is not a valid kraftwerk command line (exit {exc.code})")
+    # One cluster: zookeeper-init writes the controllers' cluster id into /cluster/id.
+    assert len(cluster_ids) == 1
+    assert "/cluster/id" in command_lines(services["zookeeper-init"])[0]
+    assert referenced == {path.name for path in (DEPLOY / "migration").glob("*.properties")}
+
+    voters = set()
+    for n in ZK_BROKER_IDS:
+        zk_broker, kraft_broker = services[f"zk-broker-{n}"], services[f"broker-{n}"]
+        (argv,) = kraftwerk_invocations(command_lines(zk_broker)[0])
+        args = parser.parse_args(argv[1:])
+        assert args.zookeeper == ZOOKEEPER_CONNECT
+        from server.zkbroker.cli import build_config
+
+        args.config = str(DEPLOY / mounts(zk_broker)[args.config])
+        zk_config = build_config(args)
+        assert zk_config.node_id == n and zk_config.migration_enabled
+        assert zk_config.advertised_listener.host == f"zk-broker-{n}"
+        assert "profiles" not in zk_broker
+        # In KRaft mode: the same id on the same host port, started only with --profile kraft.
+        kraft_config = migration_config(kraft_broker, "/etc/kraftwerk/broker.properties")
+        assert kraft_config.node_id == n and kraft_config.process_roles == ("broker",)
+        assert kraft_broker["ports"] == zk_broker["ports"]
+        assert kraft_broker["profiles"] == ["kraft"]
+        voters.add(kraft_config.quorum_voters)
+    for n in MIGRATION_CONTROLLER_IDS:
+        controller = services[f"controller-{n}"]
+        invocations = kraftwerk_invocations(command_lines(controller)[0])
+        assert [argv[1:3] for argv in invocations][0] == ["storage", "format"]
+        run = parser.parse_args(invocations[-1][1:])
+        # The switch comes from KRAFTWERK_MIGRATION: true unless the host sets it (finalizing).
+        assert run.override == ["kafka.metadata.migration.enable=$KRAFTWERK_MIGRATION"]
+        assert controller["environment"]["KRAFTWERK_MIGRATION"] == "${KRAFTWERK_MIGRATION:-true}"
+        for switch, enabled in (("true", True), ("false", False)):
+            config = migration_config(controller, run.config, {"kafka.metadata.migration.enable": switch})
+            assert config.migration_enabled is enabled
+            assert config.node_id == n and config.zookeeper_connect == ZOOKEEPER_CONNECT
+        voters.add(config.quorum_voters)
+    (voters,) = voters
+    assert [(v.node_id, v.host, v.port) for v in voters] == [
+        (n, f"controller-{n}", CONTROLLER_PORT) for n in MIGRATION_CONTROLLER_IDS]
+
+
+def test_the_migration_files_operator_commands_parse():
+    """The kraftwerk commands in the file's header (status, rollback) are ones the CLI accepts."""
+    commands = []
+    for line in MIGRATION_FILE.read_text().splitlines():
+        if line.startswith("#") and "kraftwerk migration" in line:
+            text = line.lstrip("#").strip().split("#")[0]
+            commands.append(shlex.split(text[text.index("kraftwerk migration"):].rstrip('"')))
+    assert [argv[1:3] for argv in commands] == [["migration", "status"], ["migration", "rollback"]]
+    parser = strict_parser()
+    for argv in commands:
+        parser.parse_args(argv[1:])

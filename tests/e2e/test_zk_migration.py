@@ -11,11 +11,14 @@ from __future__ import annotations
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
+from protocol.errors import ErrorCode
 from server.migration_story import MigrationCluster
 from server.storage.meta_properties import random_uuid_string
 from server.zk import paths as zp
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
+
+from .migration_helpers import alter
 
 pytestmark = pytest.mark.e2e
 
@@ -80,7 +83,9 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
 
         # Dual writes: every change made through the KRaft quorum reaches ZooKeeper.
         admin.create_topics([NewTopic("dual-write", 2, 3, topic_configs={"cleanup.policy": "compact"})])
-        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "topic-1", configs={"retention.ms": "1000"})])
+        # kafka-python sends AlterConfigs to any node and does not follow NOT_CONTROLLER from
+        # a standby controller: send it to the active controller and check the answer.
+        assert alter(cluster, "topic-1", "1000") == ErrorCode.NONE
         admin.delete_topics(["topic-3"])
         cluster.wait_caught_up()
         cluster.wait_controllers_in_step()
@@ -113,6 +118,7 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
                              client_id="kraftwerk-migration-e2e")
     try:
         admin.create_topics([NewTopic("after-finalize", 1, 3)])
+        cluster.wait_controllers_in_step()  # the Metadata answer may come from a standby
         assert "after-finalize" in kraft_topics(admin)
     finally:
         admin.close()

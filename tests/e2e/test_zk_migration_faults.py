@@ -17,16 +17,15 @@ import pytest
 import trio
 
 from protocol.errors import ErrorCode
-from server.client import ClientError, KafkaClient
+from server.client import KafkaClient
 from server.migration_story import MigrationCluster
 from server.storage.meta_properties import random_uuid_string
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
 
+from .migration_helpers import RETENTION, alter
+
 pytestmark = pytest.mark.e2e
-
-RETENTION = "retention.ms"
-
 
 def make_cluster(tmp_path, topics: int = 4, partitions: int = 3, **controller_extra) -> MigrationCluster:
     reason = zookeeper_missing()
@@ -52,27 +51,6 @@ def start_migration(cluster: MigrationCluster) -> None:
     cluster.wait_until("three ZooKeeper brokers", lambda: len(cluster.zookeeper_image().brokers) == 3)
     cluster.format_controllers()
     cluster.start_controllers()
-
-
-async def _alter(address: str, topic: str, value: str) -> int:
-    host, _, port = address.rpartition(":")
-    async with await KafkaClient.connect(host, int(port)) as client:
-        await client.negotiate()
-        response = await client.call(44, {"resources": [{
-            "resource_type": 2, "resource_name": topic,
-            "configs": [{"name": RETENTION, "config_operation": 0, "value": value}]}], "validate_only": False})
-    return response.responses[0].error_code
-
-
-def alter(cluster: MigrationCluster, topic: str, value: str) -> int:
-    """One IncrementalAlterConfigs at the active controller; its error code (-1: no answer)."""
-    view = cluster.migration()
-    if view is None:
-        return -1
-    try:
-        return trio.run(_alter, cluster.address(view.controller_id), topic, value)
-    except (ClientError, OSError):
-        return -1
 
 
 def kraft_configs(cluster: MigrationCluster, topics: list[str]) -> dict[str, str | None]:
