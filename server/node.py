@@ -429,3 +429,8 @@ class ControllerNode(ServingNode):
             metrics.migration_state.set(self.migration_kip_state())
             lag = self.migration.write_lag() if self.migration is not None else -1
             metrics.zookeeper_write_behind_lag.set(max(lag, 0))
+        else:
+            # KIP-866: only the active controller reports these; a standby says 0 (no
+            # state), not the values it had when it last led.
+            metrics.migration_state.set(0)
+            metrics.zookeeper_write_behind_lag.set(0)

@@ -154,11 +154,11 @@ class Metrics:
         self.migration_state = Gauge(
             "kafka_controller_migration_state",
             "ZooKeeper migration state (KIP-866: 1 ZooKeeper, 2 MigrationEligible, 3 MigrationReady, "
-            "4 MigrationActive, 5 MigrationFinished, 6 KRaft); active controller only", registry=self.registry,
+            "4 MigrationActive, 5 MigrationFinished, 6 KRaft); active controller only, 0 elsewhere", registry=self.registry,
         )
         self.zookeeper_write_behind_lag = Gauge(
             "kafka_controller_zookeeper_write_behind_lag",
-            "Committed metadata records not yet written to ZooKeeper; active controller only",
+            "Committed metadata records not yet written to ZooKeeper; active controller only, 0 elsewhere",
             registry=self.registry,
         )
         self.metadata_type = Gauge(
