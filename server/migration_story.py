@@ -140,7 +140,9 @@ class MigrationCluster:
     def _write_zk_broker_config(self, spec: lc.ControllerSpec) -> None:
         lines = [f"# ZooKeeper-mode broker {spec.node_id}, written by kraftwerk's migration tooling.",
                  f"broker.id={spec.node_id}", f"listeners=PLAINTEXT://127.0.0.1:{spec.port}",
-                 f"zookeeper.connect={self.zk_hosts}", "kafka.metadata.migration.enable=true"]
+                 f"zookeeper.connect={self.zk_hosts}", "kafka.metadata.migration.enable=true",
+                 # As Kafka's migration guide asks: the ZooKeeper brokers know the KRaft quorum.
+                 f"controller.quorum.voters={lc.voters_property(self.controllers)}"]
         if self.broker_release:
             lines.append(f"kraftwerk.release={self.broker_release}")
         lines += [f"{key}={value}" for key, value in self.broker_extra.items()]

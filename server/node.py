@@ -136,6 +136,7 @@ class ControllerNode(ServingNode):
             cluster_id=meta.cluster_id,
             supported_features=supported,
             session_timeout_ms=self.config.broker_session_timeout_ms,
+            migration_enabled=self.config.migration_enabled,
         )
         self.log_dir = directory / METADATA_LOG_DIR_NAME
         try:

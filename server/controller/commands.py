@@ -63,6 +63,8 @@ class ControllerConfig:
     # a feature once metadata.version >= 3.7-IV0; controller registration is not
     # modelled yet, so this is carried but not enforced (see update_features).
     quorum_node_ids: tuple[int, ...] = ()
+    # KIP-866: this controller runs a ZooKeeper migration (kafka.metadata.migration.enable).
+    migration_enabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +380,20 @@ def register_broker(
     broker_id = _field(request, "broker_id")
     incarnation_id = _field(request, "incarnation_id")
     existing = state.broker(broker_id)
+    if api_version >= 1 and _field(request, "is_migrating_zk_broker", False):
+        if not config.migration_enabled:
+            return _registration_error(
+                ErrorCode.BROKER_ID_NOT_REGISTERED, "Controller does not support registering ZK brokers."
+            )
+        # KIP-866 as kraftwerk runs it: the controller registers ZooKeeper brokers from
+        # ZooKeeper (their liveness is their session), so a ZooKeeper broker's own
+        # registration is a handshake: it learns its KRaft broker epoch, nothing is written.
+        if existing is not None and existing.is_migrating_zk_broker and not existing.fenced:
+            return ControllerResult([], {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+                                         "broker_epoch": existing.epoch})
+        return _registration_error(
+            ErrorCode.REQUEST_TIMED_OUT,
+            f"Broker {broker_id} is not yet registered from ZooKeeper (the migration copies the brokers); retry.")
     if (
         existing is not None
         and existing.incarnation_id != incarnation_id
@@ -392,11 +408,6 @@ def register_broker(
         return _registration_error(
             ErrorCode.DUPLICATE_BROKER_REGISTRATION,
             f"Broker {broker_id} is still registered in ZooKeeper mode; it must stop first.")
-    if api_version >= 1 and _field(request, "is_migrating_zk_broker", False):
-        return _registration_error(
-            ErrorCode.BROKER_ID_NOT_REGISTERED, "Controller does not support registering ZK brokers."
-        )
-
     log_dirs = list(_field(request, "log_dirs", [])) if api_version >= 2 else []
     if ft.directory_assignment_supported(mv):
         if not log_dirs:

@@ -34,6 +34,7 @@ Rules kept here: the metadata cache changes only through `apply_update_metadata`
 from __future__ import annotations
 
 import time
+import uuid
 from enum import IntEnum, StrEnum
 
 import trio
@@ -83,6 +84,12 @@ class MetadataType(IntEnum):
     KRAFT = 3
 
 
+# The handshake with the KRaft quorum (see `_register_with_kraft`).
+KRAFT_REGISTRATION_TIMEOUT_S = 5.0
+KRAFT_REGISTRATION_BACKOFF_S = 0.5
+KRAFT_REGISTRATION_MAX_BACKOFF_S = 5.0
+
+
 class ZkBrokerEvent(StrEnum):
     STARTED = "zkbroker.started"
     REGISTERED = "zkbroker.registered"
@@ -94,6 +101,8 @@ class ZkBrokerEvent(StrEnum):
     CONTROLLER_CHANGED = "zkbroker.controller_changed"
     BAD_ZNODE = "zkbroker.bad_znode"
     STOPPED = "zkbroker.stopped"
+    KRAFT_REGISTERED = "zkbroker.kraft_registered"
+    KRAFT_REGISTRATION_RETRY = "zkbroker.kraft_registration_retry"
 
 
 class ZkBrokerFatalError(Exception):
@@ -132,6 +141,8 @@ class ZkBrokerNode:
         self.features_version = -1
         self.zk_controller: ControllerZnode | None = None
         self.registrations = 0
+        # The KRaft broker epoch the migrating quorum answered our registration with.
+        self.kraft_broker_epoch: int | None = None
         self.fatal_reason: str | None = None
         self.zk: ZkSession | None = None
         self._stop_requested = False
@@ -386,10 +397,52 @@ class ZkBrokerNode:
         nursery.start_soon(self._follow_features, features_watch, nursery.cancel_scope)
         nursery.start_soon(self._follow_controller, controller_watch)
         nursery.start_soon(self._follow_session, zk, states, nursery.cancel_scope)
+        if self.migration_enabled and self.config.quorum_voters:
+            nursery.start_soon(self._register_with_kraft)
         log.info(ZkBrokerEvent.STARTED, broker_id=self.broker_id, host=self.own_endpoint().host,
                  port=self.port, cluster_id=self.cluster_id, zookeeper=self.zookeeper_connect,
                  migration_enabled=self.migration_enabled, release=self.config.release or "kraftwerk",
                  broker_epoch=self.broker_epoch)
+
+    async def _register_with_kraft(self) -> None:
+        """Kafka's later signal (3.4+): a ZooKeeper broker ready to migrate registers with
+        the KRaft quorum (`controller.quorum.voters`) with IsMigratingZkBroker. The
+        controller registers ZooKeeper brokers from ZooKeeper itself, so this is a
+        handshake: the broker learns its KRaft broker epoch. Retried with backoff until the
+        active controller knows it (after the copy), then done."""
+        from server.client import ClientError, KafkaClient
+
+        incarnation = uuid.uuid4()
+        endpoint = self.own_endpoint()
+        request = {
+            "broker_id": self.broker_id, "cluster_id": self.cluster_id, "incarnation_id": incarnation,
+            "listeners": [{"name": self.config.listener.name, "host": endpoint.host, "port": endpoint.port,
+                           "security_protocol": 0}],
+            "features": [{"name": name, "min_supported_version": lo, "max_supported_version": hi}
+                         for name, (lo, hi) in sorted(self._supported.items())],
+            "rack": self.config.broker_rack, "is_migrating_zk_broker": True,
+        }
+        backoff_s = KRAFT_REGISTRATION_BACKOFF_S
+        while True:
+            for voter in self.config.quorum_voters:
+                try:
+                    with trio.fail_after(KRAFT_REGISTRATION_TIMEOUT_S):
+                        async with await KafkaClient.connect(voter.host, voter.port,
+                                                             client_id=f"zkbroker-{self.broker_id}") as client:
+                            await client.negotiate()
+                            response = await client.call(62, request, min_version=1)
+                except (ClientError, OSError, trio.TooSlowError) as exc:
+                    log.debug(ZkBrokerEvent.KRAFT_REGISTRATION_RETRY, controller=voter.node_id, error=str(exc))
+                    continue
+                if response.error_code == 0:
+                    self.kraft_broker_epoch = response.broker_epoch
+                    log.info(ZkBrokerEvent.KRAFT_REGISTERED, broker_id=self.broker_id, controller=voter.node_id,
+                             broker_epoch=response.broker_epoch)
+                    return
+                log.debug(ZkBrokerEvent.KRAFT_REGISTRATION_RETRY, controller=voter.node_id,
+                          error_code=response.error_code)
+            await trio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, KRAFT_REGISTRATION_MAX_BACKOFF_S)
 
     def _fatal(self, reasons: list[str], *, starting: bool) -> None:
         self.fatal_reason = (

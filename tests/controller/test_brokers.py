@@ -299,3 +299,51 @@ def test_a_log_directory_is_free_again_after_its_broker_unregisters_or_moves_on(
     assert cluster.register(2, uuid.uuid4(), log_dirs=[other]).response["error_code"] == ErrorCode.NONE
     assert cluster.register(3, uuid.uuid4(), log_dirs=[shared]).response["error_code"] == ErrorCode.NONE
     assert cluster.state.directory_owner(shared) == 3 and cluster.state.directory_owner(other) == 2
+
+
+def migrating_cluster() -> Cluster:
+    """A controller running a ZooKeeper migration, with broker 1 registered from ZooKeeper."""
+    from dataclasses import replace
+
+    from server.migration.copy import zk_broker_record
+    from server.zk import paths as zp
+
+    cluster = Cluster.bootstrapped(mv_level=19)
+    cluster.config = replace(cluster.config, migration_enabled=True)
+    znode = zp.BrokerRegistrationZnode(
+        host="127.0.0.1", port=9092, endpoints=(zp.Endpoint("PLAINTEXT", "127.0.0.1", 9092),),
+        listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"}, rack=None, jmx_port=-1, timestamp_ms=1,
+        features={"metadata.version": zp.SupportedFeatureRange(1, 19)})
+    cluster.append([zk_broker_record(1, znode, cluster.next_offset, 19)])
+    return cluster
+
+
+def test_a_zk_brokers_own_registration_is_a_handshake_during_a_migration():
+    cluster = migrating_cluster()
+    epoch = cluster.state.broker(1).epoch
+    before = cluster.next_offset
+    result = cluster.register(1, INCARNATION_B, is_migrating_zk_broker=True)
+    assert result.response["error_code"] == ErrorCode.NONE and result.response["broker_epoch"] == epoch
+    assert result.records == [] and cluster.next_offset == before
+    # A ZooKeeper broker the controller has not registered from ZooKeeper yet: retry later.
+    unknown = cluster.register(2, INCARNATION_B, is_migrating_zk_broker=True)
+    assert unknown.response["error_code"] == ErrorCode.REQUEST_TIMED_OUT
+
+
+def test_a_kraft_broker_waits_until_the_zk_broker_with_its_id_is_gone():
+    cluster = migrating_cluster()
+    refused = cluster.register(1, INCARNATION_B)
+    assert refused.response["error_code"] == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    assert "ZooKeeper mode" in refused.error_message
+    # The ZooKeeper session ended: the migration fences the registration; now it registers.
+    cluster.append([cmd.fence_record(cluster.state, cluster.state.broker(1))])
+    accepted = cluster.register(1, INCARNATION_B)
+    assert accepted.response["error_code"] == ErrorCode.NONE
+    assert not cluster.state.broker(1).is_migrating_zk_broker
+
+
+def test_zk_brokers_are_never_fenced_for_missing_heartbeats():
+    cluster = migrating_cluster()
+    cluster.now_ms += 10 * cluster.config.session_timeout_ms
+    result = cmd.fence_expired_brokers(cluster.state, cluster.tracker, cluster.now_ms, cluster.config)
+    assert result.records == [] and not cluster.state.broker(1).fenced

@@ -65,6 +65,9 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
     cluster.start_controllers()
     view = cluster.wait_state("MigrationActive")
     assert view.zk_brokers == (1, 2, 3) and view.failures == ()
+    # Kafka's later signal: each ZooKeeper broker registered with the quorum as migrating.
+    cluster.wait_until("the ZooKeeper brokers' KRaft handshakes",
+                       lambda: all(cluster.events(b, "zkbroker.kraft_registered") for b in (1, 2, 3)))
     cluster.wait_caught_up()
     cluster.wait_controllers_in_step()
 
