@@ -579,8 +579,10 @@ class MigrationDriver:
                     self._mirror = await self._load_mirror()
                     scope = Scope.all()
                 state = self.node.state
-                topics = desired_topics(state, self.status.zk_controller_epoch)
-                broker_configs = desired_broker_configs(state)
+                # Only what the batch touched (everything for a full reconciliation).
+                topics = desired_topics(state, self.status.zk_controller_epoch,
+                                        None if scope.everything else scope.topics)
+                broker_configs = desired_broker_configs(state, None if scope.everything else scope.broker_configs)
                 features = desired_features(state)
                 writes = plan_writes(scope, desired_topics=topics, desired_broker_configs=broker_configs,
                                      desired_features=features, actual_topics=self._mirror.topics,

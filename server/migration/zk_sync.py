@@ -84,31 +84,46 @@ def kraft_broker_config_name(zk_name: str) -> str:
 # KRaft image -> what ZooKeeper should hold
 # --------------------------------------------------------------------------
 
-def desired_topics(state, controller_epoch: int) -> dict[str, DesiredTopic]:
-    """Every topic of the image in ZooKeeper's layout."""
+def _desired_topic(topic, config: Mapping[str, str], controller_epoch: int) -> DesiredTopic:
+    assignment = zp.TopicZnode(
+        topic_id=zp.kafka_uuid_string(topic.topic_id),
+        partitions={index: tuple(p.replicas) for index, p in topic.partitions.items()},
+    )
+    states = {
+        index: zp.PartitionStateZnode(leader=p.leader, leader_epoch=p.leader_epoch, isr=tuple(p.isr),
+                                      controller_epoch=controller_epoch)
+        for index, p in topic.partitions.items()
+    }
+    return DesiredTopic(topic.name, assignment, states, dict(config))
+
+
+def desired_topics(state, controller_epoch: int, names: Iterable[str] | None = None) -> dict[str, DesiredTopic]:
+    """Topics of the image in ZooKeeper's layout: every one, or only `names` (those the
+    image still has). The write-behind passes a batch's names: its cost must follow the
+    batch, not the size of the whole image."""
+    if names is None:
+        return {name: _desired_topic(topic, state.configs(TOPIC_RESOURCE, name), controller_epoch)
+                for name, topic in state.topics().items()}
     out: dict[str, DesiredTopic] = {}
-    for name, topic in state.topics().items():
-        assignment = zp.TopicZnode(
-            topic_id=zp.kafka_uuid_string(topic.topic_id),
-            partitions={index: tuple(p.replicas) for index, p in topic.partitions.items()},
-        )
-        states = {
-            index: zp.PartitionStateZnode(leader=p.leader, leader_epoch=p.leader_epoch, isr=tuple(p.isr),
-                                          controller_epoch=controller_epoch)
-            for index, p in topic.partitions.items()
-        }
-        out[name] = DesiredTopic(name, assignment, states, dict(state.configs(TOPIC_RESOURCE, name)))
+    for name in names:
+        topic = state.topic(name)
+        if topic is not None:
+            out[name] = _desired_topic(topic, state.configs(TOPIC_RESOURCE, name), controller_epoch)
     return out
 
 
-def desired_broker_configs(state) -> dict[str, dict[str, str]]:
-    """ZooKeeper name -> config map, for every broker-config resource of the image."""
+def desired_broker_configs(state, names: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """ZooKeeper name -> config map, for every broker-config resource of the image (or
+    only the ZooKeeper names `names`)."""
     out: dict[str, dict[str, str]] = {}
-    for resource_type, name in state.config_resources():
-        if resource_type == BROKER_RESOURCE:
-            config = dict(state.configs(BROKER_RESOURCE, name))
-            if config:
-                out[zk_broker_config_name(name)] = config
+    if names is None:
+        kraft_names = [name for resource_type, name in state.config_resources() if resource_type == BROKER_RESOURCE]
+    else:
+        kraft_names = [kraft_broker_config_name(name) for name in names]
+    for name in kraft_names:
+        config = dict(state.configs(BROKER_RESOURCE, name))
+        if config:
+            out[zk_broker_config_name(name)] = config
     return out
 
 

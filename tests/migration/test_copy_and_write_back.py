@@ -136,6 +136,14 @@ def test_a_config_change_writes_that_config_and_one_notification():
     writes = writes_for(state, image, scope)
     assert [(w.kind, w.path) for w in writes] == [
         ("set", "/config/topics/orders"), ("create", "/config/changes/config_change_")]
+    # The write-behind computes only the batch's part of the image: the same writes.
+    scoped = plan_writes(scope, desired_topics=desired_topics(state, CONTROLLER_EPOCH, scope.topics),
+                         desired_broker_configs=desired_broker_configs(state, scope.broker_configs),
+                         desired_features=desired_features(state), actual_topics=image.topics,
+                         actual_topic_configs=image.topic_configs, actual_broker_configs=image.broker_configs,
+                         actual_features=image.features)
+    assert scoped == writes
+    assert set(desired_topics(state, CONTROLLER_EPOCH, {"orders", "gone"})) == {"orders"}
     assert zp.ConfigZnode.decode(writes[0].data).config == {"retention.ms": "2000"}
 
 
