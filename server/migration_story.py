@@ -32,6 +32,7 @@ FIRST_CONTROLLER_ID = 3000
 READY_TIMEOUT_S = 90.0
 POLL_S = 0.1
 DESCRIBE_MIGRATION_KEY = 10001
+CALL_TIMEOUT_S = 5.0
 STATES = {1: "ZooKeeper", 2: "MigrationEligible", 3: "MigrationReady", 4: "MigrationActive",
           5: "MigrationFinished", 6: "KRaft"}
 
@@ -56,15 +57,18 @@ class MigrationView:
 
 async def _describe_migration(address: str):
     host, _, port = address.rpartition(":")
-    async with await KafkaClient.connect(host, int(port)) as client:
-        await client.negotiate()
-        return await client.call(DESCRIBE_MIGRATION_KEY, {})
+    # Bounded: a frozen (SIGSTOP) or dying node accepts the connection and never answers.
+    with trio.fail_after(CALL_TIMEOUT_S):
+        async with await KafkaClient.connect(host, int(port)) as client:
+            await client.negotiate()
+            return await client.call(DESCRIBE_MIGRATION_KEY, {})
 
 
 async def _unfenced_brokers(address: str) -> list[int]:
     host, _, port = address.rpartition(":")
-    async with await KafkaClient.connect(host, int(port)) as client:
-        reply = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+    with trio.fail_after(CALL_TIMEOUT_S):
+        async with await KafkaClient.connect(host, int(port)) as client:
+            reply = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
     return sorted(b.broker_id for b in reply.brokers if b.broker_id < FIRST_CONTROLLER_ID)
 
 
@@ -261,8 +265,8 @@ class MigrationCluster:
             try:
                 if condition():
                     return
-            except (ClientError, OSError):
-                pass  # a node starting or restarting: ask again
+            except (ClientError, OSError, trio.TooSlowError):
+                pass  # a node starting, restarting or frozen: ask again
             if time.monotonic() > deadline:
                 raise MigrationStoryError(f"timed out after {timeout_s:.0f} s waiting for {what}")
             time.sleep(POLL_S)
@@ -274,7 +278,7 @@ class MigrationCluster:
                 continue
             try:
                 view = describe_migration(spec.address)
-            except (ClientError, OSError):
+            except (ClientError, OSError, trio.TooSlowError):
                 continue
             if view is not None:
                 return view

@@ -210,3 +210,37 @@ def test_rollback_then_a_second_migration(cluster, moved_brokers):
     migration = cluster.zookeeper_image().migration
     assert migration.kraft_controller_id in {spec.node_id for spec in cluster.controllers}
     assert 0 <= caught_up.zk_last_offset <= migration.last_offset
+
+
+def test_a_deposed_leader_cannot_write_to_zookeeper(cluster):
+    """The active controller is frozen (SIGSTOP) mid-stream, the quorum elects another
+    leader which claims ZooKeeper, then the old one wakes up (SIGCONT) with dual writes it
+    believes it still owes: the /migration fence refuses them, and ZooKeeper ends equal to
+    the log as the new leader wrote it."""
+    import os
+    import signal
+
+    start_migration(cluster)
+    first = cluster.wait_state("MigrationActive")
+    cluster.wait_caught_up()
+    topics = sorted(cluster.zookeeper_image().topics)
+    frozen = cluster.processes[first.controller_id].process
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        second = cluster.wait_state("MigrationActive")
+        cluster.wait_until("another controller to lead", lambda: cluster.migration().controller_id != first.controller_id)
+        for i, topic in enumerate(topics):
+            assert alter(cluster, topic, str(7_000 + i)) == ErrorCode.NONE
+        cluster.wait_caught_up()
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    # The old leader steps down on waking (a higher epoch); whatever it tries first fails
+    # on /migration's version, so ZooKeeper keeps the new leader's writes.
+    cluster.wait_until("the old leader to step down",
+                       lambda: cluster.events(first.controller_id, "controller.deactivated"))
+    cluster.wait_caught_up()
+    cluster.wait_controllers_in_step()
+    assert zk_configs(cluster, topics) == kraft_configs(cluster, topics)
+    assert zk_configs(cluster, topics)[topics[-1]] == str(7_000 + len(topics) - 1)
+    migration = cluster.zookeeper_image().migration
+    assert migration.kraft_controller_id != first.controller_id or second.controller_id == first.controller_id
