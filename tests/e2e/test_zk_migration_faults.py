@@ -23,7 +23,7 @@ from server.storage.meta_properties import random_uuid_string
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
 
-from .migration_helpers import RETENTION, alter
+from .migration_helpers import RETENTION, alter, create_topic
 
 pytestmark = pytest.mark.e2e
 
@@ -123,27 +123,38 @@ def test_a_leader_killed_during_dual_writes_under_a_stream_of_changes(cluster):
     cluster.wait_caught_up()
     topics = sorted(cluster.zookeeper_image().topics)
     acked: dict[str, str] = {}
-    killed = False
-    for i in range(120):
-        topic = topics[i % len(topics)]
-        value = str(1_000_000 + i)
-        code = alter(cluster, topic, value)
-        if code == ErrorCode.NONE:
-            acked[topic] = value
-        if i == 40:
+    created: set[str] = set()
+
+    def until_acked(what: str, write, done=(ErrorCode.NONE,)) -> None:
+        # A steady stream: each write is retried until acknowledged, through the failover.
+        cluster.wait_until(what, lambda: write() in done, timeout_s=60)
+
+    for i in range(60):
+        topic, value = topics[i % len(topics)], str(1_000_000 + i)
+        until_acked(f"{topic}={value}", lambda: alter(cluster, topic, value))
+        acked[topic] = value
+        if i % 10 == 5:
+            # A creation whose answer was lost in the failover may have committed: retrying
+            # it then gets TOPIC_ALREADY_EXISTS (36), which is the acknowledgement.
+            until_acked(f"stream-{i}", lambda: create_topic(cluster, f"stream-{i}"), (ErrorCode.NONE, 36))
+            created.add(f"stream-{i}")
+        if i == 30:
             cluster.stop(first.controller_id, kill=True)
-            killed = True
-    assert killed and len(acked) == len(topics)
+    assert len(created) == 6
     second = cluster.wait_state("MigrationActive")
     assert second.controller_id != first.controller_id
     cluster.wait_caught_up()
     # Every acknowledged change is in the log; ZooKeeper holds exactly the log's values.
     in_log = kraft_configs(cluster, topics)
     assert all(in_log[t] is not None for t in topics)
-    for topic, value in acked.items():
-        assert int(in_log[topic]) >= int(value)  # later (possibly unacknowledged) writes may follow
+    assert in_log == acked  # each topic's last acknowledged value, none lost
     assert zk_configs(cluster, topics) == in_log
-    migration = cluster.zookeeper_image().migration
+    # Topics: every acknowledged creation in both stores, and the two agree on the set.
+    log_topics = kraft_topic_names(cluster)
+    zk_image = cluster.zookeeper_image()
+    assert created <= log_topics and set(zk_image.topics) == log_topics
+    assert all(len(zk_image.topics[name].assignment.partitions) == 2 for name in created)
+    migration = zk_image.migration
     assert migration.kraft_controller_id == second.controller_id
     assert migration.last_offset >= first.zk_last_offset
 
