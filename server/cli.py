@@ -543,6 +543,12 @@ def rollback_zookeeper(hosts: str) -> list[str]:
         client.close()
 
 
+def cmd_probe_matrix(args) -> int:
+    from server.streams.cli import run
+
+    return run(args)
+
+
 def cmd_migration(args) -> int:
     if args.migration_command == "status":
         for line in trio.run(describe_migration, args):
@@ -958,6 +964,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--status", action="store_true", default=True)
     mode.add_argument("--replication", action="store_true")
     quorum.set_defaults(func=cmd_metadata_quorum)
+
+    probe = sub.add_parser("probe-matrix", help="KIP-268's upgrade matrix for Kafka Streams' rebalance metadata, "
+                                                "each cell measured by the in-process group runner")
+    from server.streams.cli import add_arguments as add_probe_arguments
+    add_probe_arguments(probe)
+    probe.set_defaults(func=cmd_probe_matrix)
 
     migration = sub.add_parser("migration", help="the ZooKeeper -> KRaft migration (KIP-866)")
     migration_sub = migration.add_subparsers(dest="migration_command", required=True)
