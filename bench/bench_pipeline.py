@@ -30,8 +30,14 @@ the summary's expectations), so reruns skip the generation.
 
 Timing targets live here, never in tests.
 
+Each Spark session first runs one untimed warm-up pass over the first cluster of the
+smallest fleet (starts the Python workers, warms the JVM), so the sizes compare the work
+and not the first-job costs. The machine's load averages (`os.getloadavg`) are printed
+at the start and the end: the absolute times are only as good as the machine was idle.
+
 Run: .venv/bin/python bench/bench_pipeline.py [--sizes 20000,60000,200000] [--clusters 10]
             [--masters local[1],local[2]] [--fleet-dir DIR] [--budget-s 1500] [--uncached]
+            [--driver-memory 4g] [--tuples]
 """
 
 from __future__ import annotations
@@ -223,13 +229,18 @@ def baseline_readiness(fleet: Path) -> tuple[dict, int]:
 # Spark
 # --------------------------------------------------------------------------
 
-def spark_session(master: str):
+def spark_session(master: str, driver_memory: str | None = None):
     from pipeline.jobs import spark_session as pipeline_session
+
+    if driver_memory:
+        # Only the first session of the process launches the JVM, and only then does this
+        # apply (later sessions reuse that JVM).
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {driver_memory} pyspark-shell"
 
     return pipeline_session(master, "bench-pipeline", SHUFFLE_PARTITIONS)
 
 
-def spark_readiness(spark, fleet: Path, cached: bool, deadline: float) -> tuple[dict, float]:
+def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bool = True) -> tuple[dict, float]:
     """({cluster: answer}, seconds from the read to the end of collect). Jobs still
     running at `deadline` are cancelled (the collect then raises)."""
     from pipeline.datasource import read_records
@@ -243,7 +254,7 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float) -> tuple[
     timer.start()
     started = time.perf_counter()
     try:
-        records_df = read_records(spark, str(fleet))
+        records_df = read_records(spark, str(fleet), arrow=arrow)
         if cached:
             records_df = records_df.cache()
         stream = dedupe(records_df)
@@ -331,8 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--uncached", action="store_true",
                         help="do not cache the records and the stream (the bare recipe)")
     parser.add_argument("--no-warmup", action="store_true",
-                        help="skip the untimed pass over the smallest fleet at the start of each session")
+                        help="skip the untimed pass over the smallest fleet's first cluster at the start of "
+                             "each session")
+    parser.add_argument("--driver-memory", default=None,
+                        help="spark.driver.memory of the JVM the first session launches (Spark's default: 1g)")
+    parser.add_argument("--tuples", action="store_true",
+                        help="the data source yields Python tuples instead of Arrow batches (arrow=false)")
     args = parser.parse_args(argv)
+    load_start = os.getloadavg()
+    started_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     deadline = time.monotonic() + args.budget_s
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     masters = [m.strip() for m in args.masters.split(",") if m.strip()]
@@ -373,21 +391,26 @@ def main(argv: list[str] | None = None) -> int:
                 pending.append(f"{master}: not started (budget)")
                 continue
             started = time.perf_counter()
-            spark = spark_session(master)
+            spark = spark_session(master, args.driver_memory)
             session_s[master] = time.perf_counter() - started
             try:
                 if results and not args.no_warmup:
-                    # One untimed pass over the smallest fleet: starts the Python workers and
-                    # warms the JVM, so the sizes compare the work and not the first-job costs.
+                    # One untimed pass over the smallest fleet's first cluster: starts the Python
+                    # workers and warms the JVM, so the sizes compare the work and not the
+                    # first-job costs. One cluster is enough for that (the whole fleet at 1M
+                    # records would cost minutes of budget for nothing measured).
+                    smallest = next(iter(results.values()))["fleet"]
+                    warm = min((p for p in smallest.iterdir() if p.is_dir()), default=smallest)
                     started = time.perf_counter()
                     try:
-                        spark_readiness(spark, next(iter(results.values()))["fleet"], not args.uncached, deadline)
+                        spark_readiness(spark, warm, not args.uncached, deadline, not args.tuples)
                         warmup_s[master] = time.perf_counter() - started
                     except BudgetExceeded as exc:
                         pending.append(f"{master} warm-up: {exc}")
                 for size, result in results.items():
                     try:
-                        answers, elapsed = spark_readiness(spark, result["fleet"], not args.uncached, deadline)
+                        answers, elapsed = spark_readiness(spark, result["fleet"], not args.uncached, deadline,
+                                                           not args.tuples)
                     except BudgetExceeded as exc:
                         pending.append(f"{master} size {size}: {exc}")
                         continue
@@ -400,15 +423,22 @@ def main(argv: list[str] | None = None) -> int:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
 
+    load_end = os.getloadavg()
     print(f"$ {common.command_line()}")
+    print(f"Started {started_utc}, ended {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; load averages "
+          f"(1/5/15 min) at the start {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}, at the end "
+          f"{load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}.")
     print(f"Fleets of {args.clusters} clusters (seed {args.seed}, segments {args.segment_bytes} B, 3 controller "
           f"copies each); rows = rows in the fleet files (all copies and snapshots); Spark = read_records -> "
           f"dedupe -> upgrade_readiness -> collect, {'uncached' if args.uncached else 'records and stream cached as jobs.build_tables does'}, "
-          f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}, one session per master reused across sizes "
+          f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}, data source rows as "
+          f"{'Python tuples' if args.tuples else 'Arrow batches'}, driver memory {args.driver_memory or 'default (1g)'}, "
+          f"one session per master reused across sizes "
           f"(smallest first); baseline = plain Python over read_fleet, one process. Every cluster's answer checked: "
           f"baseline = Spark = the fake fleet's summary. Session start-up: "
           + ", ".join(f"{m} {s:.1f} s" for m, s in session_s.items())
-          + " (local[1] starts the JVM; later sessions reuse it); untimed warm-up pass over the smallest fleet: "
+          + " (the first starts the JVM; later sessions reuse it); untimed warm-up pass over the smallest fleet's "
+          "first cluster: "
           + (", ".join(f"{m} {s:.1f} s" for m, s in warmup_s.items()) or "none")
           + f". {os.cpu_count()} CPUs.\n")
     headers = ["records", "rows", "files", "baseline s", "baseline rows/s"]
@@ -425,8 +455,9 @@ def main(argv: list[str] | None = None) -> int:
         rows_out.append(line)
     print(common.markdown_table(headers, rows_out))
     if len(masters) >= 2:
-        a, b = masters[0], masters[1]
-        print(f"\n{b} / {a} speed-up: " + ", ".join(
+        # Named by the masters, whatever order they ran in: the one with fewer cores first.
+        a, b = sorted(masters[:2], key=lambda m: (len(m), m))
+        print(f"\n{b} / {a} speed-up (time of {a} / time of {b}): " + ", ".join(
             f"{r['records']:,}: {r['spark_s'][a] / r['spark_s'][b]:.2f}"
             for r in results.values() if a in r["spark_s"] and b in r["spark_s"]))
     done = [r for r in results.values()]

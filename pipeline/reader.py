@@ -260,22 +260,18 @@ def fleet_nodes(root: str | os.PathLike[str]) -> list[FleetNode]:
 # --------------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _jsonable(item) for key, item in value.items() if not str(key).startswith("_")}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(item) for item in value]
-    if isinstance(value, uuid.UUID):
-        return uuid_to_string(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return value
+# A plan: for each field a version has, (attribute, kind, the plan of its struct or
+# None). Worked out once per (message, version) — working it out per record was most of
+# the reader's time — and typed by the field's declared type, so a record's values are
+# converted without asking each one what it is.
+Plan = tuple[tuple[str, int, "Plan | None"], ...]
 
-
-# A plan: for each field a version has, (attribute, is an array, the plan of its struct
-# or None for a plain value). Worked out once per (message, version) — working it out
-# per record was most of the reader's time.
-Plan = tuple[tuple[str, bool, "Plan | None"], ...]
+_PLAIN, _UUID, _BYTES, _PLAIN_ARRAY, _UUID_ARRAY, _BYTES_ARRAY, _STRUCT, _STRUCT_ARRAY = range(8)
+_SCALAR_KINDS = {"uuid": _UUID, "bytes": _BYTES, "records": _BYTES}
+# The text `fields_json` writes: compact, unicode as is. One encoder for every call (it
+# holds only its settings); json.dumps would build a new one per record for these
+# non-default settings.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def _plan(message: Message, fields: tuple[Field, ...], version: int) -> Plan:
@@ -283,25 +279,49 @@ def _plan(message: Message, fields: tuple[Field, ...], version: int) -> Plan:
     for f in fields:
         if version not in Versions.parse(f.versions):
             continue
-        inner = _plan(message, message.struct_fields(f.element_type, f), version) if f.is_struct else None
-        out.append((f.attr, f.is_array, inner))
+        if f.is_struct:
+            inner = _plan(message, message.struct_fields(f.element_type, f), version)
+            out.append((f.attr, _STRUCT_ARRAY if f.is_array else _STRUCT, inner))
+        else:
+            kind = _SCALAR_KINDS.get(f.element_type, _PLAIN)
+            out.append((f.attr, kind + _PLAIN_ARRAY if f.is_array else kind, None))
     return tuple(out)
+
+
+def _uuid_json(value: Any) -> Any:
+    return uuid_to_string(value) if isinstance(value, uuid.UUID) else value
+
+
+def _bytes_json(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
 
 
 def _versioned(plan: Plan, data: Any) -> dict[str, Any]:
     # The decoder fills fields a version does not have with defaults; leaving
     # them out keeps "v0 says nothing about X" apart from "X is false".
     out: dict[str, Any] = {}
-    for attr, is_array, inner in plan:
+    for attr, kind, inner in plan:
         if attr not in data:
             continue
         value = data[attr]
-        if inner is None or value is None:
-            out[attr] = _jsonable(value)
-        elif is_array:
-            out[attr] = [_versioned(inner, item) for item in value]
-        else:
+        if value is None or kind == _PLAIN:
+            out[attr] = value
+        elif kind == _STRUCT:
             out[attr] = _versioned(inner, value)
+        elif kind == _STRUCT_ARRAY:
+            out[attr] = [_versioned(inner, item) for item in value]
+        elif kind == _PLAIN_ARRAY:
+            out[attr] = list(value)
+        elif kind == _UUID:
+            out[attr] = _uuid_json(value)
+        elif kind == _BYTES:
+            out[attr] = _bytes_json(value)
+        elif kind == _UUID_ARRAY:
+            out[attr] = [_uuid_json(item) for item in value]
+        else:  # _BYTES_ARRAY
+            out[attr] = [_bytes_json(item) for item in value]
     return out
 
 
@@ -316,22 +336,35 @@ def fields_json(message: Message, version: int, data: Any, plans: dict | None = 
         plan = _plan(message, message.fields, version)
         if plans is not None:
             plans[key] = plan
-    return json.dumps(_versioned(plan, data), separators=(",", ":"), ensure_ascii=False)
+    return _JSON_ENCODER.encode(_versioned(plan, data))
 
 
 def _uuid_text(value: Any) -> str | None:
     return uuid_to_string(value) if isinstance(value, uuid.UUID) else None
 
 
-def _feature(name: str, data: Any) -> tuple | None:
-    if name != "FeatureLevelRecord":
-        return None
-    return (data.get("name"), data.get("feature_level"))
+_BROKER_RECORDS = frozenset({
+    "RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
+    "UnregisterBrokerRecord",
+})
 
 
 def _broker(name: str, version: int, data: Any) -> tuple | None:
     """The `broker` struct: broker_id, broker_epoch, incarnation_id, fenced,
     in_controlled_shutdown, rack, mv_min, mv_max, log_dirs."""
+    if name == "BrokerRegistrationChangeRecord":  # first: most of a fleet's records
+        log_dirs = [uuid_to_string(d) for d in data.get("log_dirs") or ()]
+        return (
+            data.get("broker_id"),
+            data.get("broker_epoch"),
+            None,
+            _FENCING_CHANGE.get(data.get("fenced")),
+            _SHUTDOWN_CHANGE.get(data.get("in_controlled_shutdown")),
+            None,
+            None,
+            None,
+            log_dirs or None,  # an empty list means "unchanged"
+        )
     if name == "RegisterBrokerRecord":
         mv_min = mv_max = None
         for feature in data.get("features") or ():
@@ -351,19 +384,6 @@ def _broker(name: str, version: int, data: Any) -> tuple | None:
             mv_min,
             mv_max,
             log_dirs,
-        )
-    if name == "BrokerRegistrationChangeRecord":
-        log_dirs = [uuid_to_string(d) for d in data.get("log_dirs") or ()]
-        return (
-            data.get("broker_id"),
-            data.get("broker_epoch"),
-            None,
-            _FENCING_CHANGE.get(data.get("fenced")),
-            _SHUTDOWN_CHANGE.get(data.get("in_controlled_shutdown")),
-            None,
-            None,
-            None,
-            log_dirs or None,  # an empty list means "unchanged"
         )
     if name in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
         fenced = name == "FenceBrokerRecord"
@@ -387,6 +407,11 @@ class _FileContext:
     # fields_json's per-(message, version) plans, shared by this file's rows.
     plans: dict = field(default_factory=dict)
 
+    @property
+    def prefix(self) -> tuple:
+        """The first five columns, the same for every row of the file."""
+        return (self.cluster, self.cluster_id, self.node_id, self.source, self.file)
+
     def row(
         self,
         offset: int,
@@ -399,9 +424,8 @@ class _FileContext:
         json_text: str | None,
         error: str | None,
     ) -> tuple:
-        return (
-            self.cluster, self.cluster_id, self.node_id, self.source, self.file, offset, leader_epoch,
-            timestamp_ms, record_type, record_version, feature, broker, json_text, error,
+        return self.prefix + (
+            offset, leader_epoch, timestamp_ms, record_type, record_version, feature, broker, json_text, error,
         )
 
     def error_row(self, offset: int, leader_epoch: int | None, error: str) -> tuple:
@@ -447,25 +471,29 @@ def _control_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tuple
     return ctx.row(offset, batch.leader_epoch, batch.max_timestamp_ms, name, None, None, None, json_text, None)
 
 
-def _metadata_row(ctx: _FileContext, batch: RecordBatch, record: Record) -> tuple:
-    offset = ctx.record_offset(record)
+def _metadata_row(ctx: _FileContext, prefix: tuple, batch: RecordBatch, record: Record) -> tuple:
+    # The reader's hot path (one call per record): `prefix` is `ctx.prefix`, taken once
+    # per file, and the row is built in one tuple concatenation.
+    offset = record.offset if ctx.snapshot_last_offset is None else ctx.record_offset(record)
     if record.value is None:
         return ctx.error_row(offset, batch.leader_epoch, f"undecodable record at offset {offset}: null value")
     try:
         decoded = decode_metadata_record(record.value)
     except DecodeError as exc:
         return ctx.error_row(offset, batch.leader_epoch, f"undecodable record at offset {offset}: {exc}")
-    name = decoded.name
+    message = decoded.message
+    name = message.name
+    version = decoded.version
     data = decoded.data
-    return ctx.row(
+    return prefix + (
         offset,
         batch.leader_epoch,
         batch.max_timestamp_ms,
         name,
-        decoded.version,
-        _feature(name, data),
-        _broker(name, decoded.version, data),
-        fields_json(decoded.message, decoded.version, data, ctx.plans),
+        version,
+        (data.get("name"), data.get("feature_level")) if name == "FeatureLevelRecord" else None,
+        _broker(name, version, data) if name in _BROKER_RECORDS else None,
+        fields_json(message, version, data, ctx.plans),
         None,
     )
 
@@ -551,6 +579,7 @@ def read_file(f: FleetFile) -> Iterator[tuple]:
     # without gaps, in non-decreasing epochs. The base offset and the epoch lie outside
     # the batch CRC, so that continuity is what catches a damaged one.
     is_log = ctx.snapshot_last_offset is None
+    prefix = ctx.prefix
     expected_offset = _segment_base_offset(f) if is_log else None
     last_epoch = -1
     # Bounded: every round moves `position` forward by at least one byte or ends.
@@ -577,11 +606,12 @@ def read_file(f: FleetFile) -> Iterator[tuple]:
         if is_log:
             expected_offset = batch.base_offset + len(batch.records)
             last_epoch = batch.leader_epoch
-        for record in batch.records:
-            if batch.is_control:
+        if batch.is_control:
+            for record in batch.records:
                 yield _control_row(ctx, batch, record)
-            else:
-                yield _metadata_row(ctx, batch, record)
+        else:
+            for record in batch.records:
+                yield _metadata_row(ctx, prefix, batch, record)
         position = next_position
 
 
