@@ -328,8 +328,9 @@ class MigrationDriver:
         zk = await self._session()
         await self._retrying("claim", lambda: self._claim(zk, epoch, reset_offset=recorded != ZkMigrationState.MIGRATION))
         await self._retrying("create roots", lambda: self._ensure_roots(zk))
-        if self.node.controller.state.in_transaction or self._speculative_in_transaction():
-            await self._submit(self._abort_transaction, transactional=True)
+        # A transaction left open by a leader that died (the copy): abort it first. The
+        # command sees the speculative state and writes nothing when none is open.
+        await self._submit(self._abort_transaction, transactional=True)
         if self.recorded_state() == ZkMigrationState.PRE_MIGRATION:
             await self._wait_for_preconditions(zk)
             await self._copy(zk, epoch)
@@ -342,10 +343,6 @@ class MigrationDriver:
         for root in (zp.TOPICS_PATH, zp.config_entity_type_path(zp.CONFIG_TOPICS),
                      zp.config_entity_type_path(zp.CONFIG_BROKERS), CONFIG_CHANGES_PATH):
             await zk.ensure_path(root)
-
-    def _speculative_in_transaction(self) -> bool:
-        speculative = getattr(self.loop, "_speculative", None)
-        return speculative is not None and speculative.in_transaction
 
     async def _submit(self, command, *, transactional: bool = False) -> ControllerResult:
         return await self.loop.submit(command, transactional=transactional)
