@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 # A broker reports its port only once its image has caught up (up to 30 s of its own).
 START_TIMEOUT_S = 60.0
@@ -168,6 +169,23 @@ def stop_controller(controller: ControllerProcess, kill: bool = False) -> None:
     if controller._log_handle is not None:
         controller._log_handle.close()
         controller._log_handle = None
+
+
+def poll_until(what: str, condition: Callable[[], bool], *, timeout_s: float, poll_s: float,
+               retry_on: tuple[type[BaseException], ...], error: type[Exception]) -> None:
+    """Asks `condition()` again every `poll_s` until it holds; an exception in `retry_on`
+    (a node starting, restarting or frozen) counts as "not yet". Raises `error` after
+    `timeout_s`. Other processes' state has no event to wait on: asking again is all."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if condition():
+                return
+        except retry_on:
+            pass
+        if time.monotonic() > deadline:
+            raise error(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)
 
 
 def free_port_run(count: int, attempts: int = 50) -> int:

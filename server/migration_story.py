@@ -15,7 +15,6 @@ controllers are 3000, 3001, ...
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -260,16 +259,9 @@ class MigrationCluster:
 
     # -- views -------------------------------------------------------------------------
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if condition():
-                    return
-            except (ClientError, OSError, trio.TooSlowError):
-                pass  # a node starting, restarting or frozen: ask again
-            if time.monotonic() > deadline:
-                raise MigrationStoryError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-            time.sleep(POLL_S)
+        # A frozen (SIGSTOP) node times out our bounded calls: that too means "ask again".
+        lc.poll_until(what, condition, timeout_s=timeout_s, poll_s=POLL_S,
+                      retry_on=(ClientError, OSError, trio.TooSlowError), error=MigrationStoryError)
 
     def migration(self) -> MigrationView | None:
         """DescribeMigration from the active controller, None while there is none."""

@@ -193,16 +193,8 @@ class LocalCluster:
 
     # -- waiting for the cluster ------------------------------------------------------
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if condition():
-                    return
-            except (ClientError, OSError):
-                pass  # a node that is starting or restarting: ask again
-            if time.monotonic() > deadline:
-                raise StoryError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-            time.sleep(POLL_S)
+        lc.poll_until(what, condition, timeout_s=timeout_s, poll_s=POLL_S, retry_on=(ClientError, OSError),
+                      error=StoryError)
 
     def any_controller_view(self) -> NodeView:
         for spec in self.controllers:

@@ -46,7 +46,8 @@ def _topic_entry(topic, live_brokers: set[int]) -> dict:
     }
 
 
-def _missing(name, topic_id, code) -> dict:
+def missing_topic(name, topic_id, code) -> dict:
+    """A Metadata topic entry for a topic this node does not know (by name or by id)."""
     return {
         "error_code": code,
         "name": name,
@@ -77,13 +78,13 @@ def handle(ctx, request):
                 # v10+: by topic id.
                 topic = state.topic_by_id(wanted.topic_id) if state is not None else None
                 if topic is None:
-                    topics.append(_missing(None if ctx.api_version >= 12 else "", wanted.topic_id,
+                    topics.append(missing_topic(None if ctx.api_version >= 12 else "", wanted.topic_id,
                                            TopicErrorCode.UNKNOWN_TOPIC_ID))
                     continue
             else:
                 topic = known.get(name)
                 if topic is None:
-                    topics.append(_missing(name, _NO_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    topics.append(missing_topic(name, _NO_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
             topics.append(_topic_entry(topic, live))
     return {

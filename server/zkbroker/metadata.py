@@ -15,6 +15,7 @@ from __future__ import annotations
 from protocol.errors import ErrorCode
 from protocol.primitives import ZERO_UUID
 from server.authorization import AUTHORIZED_OPERATIONS_OMITTED, cluster_authorized_operations
+from server.handlers.metadata import missing_topic
 from server.zkbroker.cache import UNKNOWN_TOPIC_ID, CachedTopic
 
 
@@ -41,17 +42,6 @@ def _topic_entry(topic: CachedTopic, live: set[int]) -> dict:
     }
 
 
-def _unknown(name: str | None, topic_id, error_code: int) -> dict:
-    return {
-        "error_code": error_code,
-        "name": name,
-        "topic_id": topic_id,
-        "is_internal": False,
-        "partitions": [],
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    }
-
-
 def handle(ctx, request):
     node = ctx.node
     cache = node.metadata_cache
@@ -70,11 +60,11 @@ def handle(ctx, request):
             if wanted.name is not None:
                 topic = cache.topics.get(wanted.name)
                 topics.append(_topic_entry(topic, live) if topic is not None
-                              else _unknown(wanted.name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                              else missing_topic(wanted.name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             else:
                 topic = cache.topic_by_id(wanted.topic_id)
                 topics.append(_topic_entry(topic, live) if topic is not None
-                              else _unknown(None, wanted.topic_id, UNKNOWN_TOPIC_ID))
+                              else missing_topic(None, wanted.topic_id, UNKNOWN_TOPIC_ID))
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
