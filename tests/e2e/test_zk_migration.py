@@ -18,7 +18,7 @@ from server.zk import paths as zp
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
 
-from .migration_helpers import alter
+from .migration_helpers import alter, create_topic
 
 pytestmark = pytest.mark.e2e
 
@@ -117,10 +117,15 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
     assert view.zk_migration_state == 3  # POST_MIGRATION
     cluster.wait_until("the KRaft brokers to be unfenced by the restarted quorum",
                        lambda: cluster.unfenced_brokers() == [1, 2, 3])
+    # Right after the rolling restart the leadership may still move (a restarted voter can
+    # start an election), and kafka-python follows NOT_CONTROLLER only once: create the
+    # topic at the active controller, retried until acknowledged (36: a retry of one that
+    # committed without an answer).
+    cluster.wait_until("a topic created after finalization",
+                       lambda: create_topic(cluster, "after-finalize", partitions=1) in (ErrorCode.NONE, 36))
     admin = KafkaAdminClient(bootstrap_servers=cluster.controller_addresses, request_timeout_ms=TIMEOUT_MS,
                              client_id="kraftwerk-migration-e2e")
     try:
-        admin.create_topics([NewTopic("after-finalize", 1, 3)])
         cluster.wait_controllers_in_step()  # the Metadata answer may come from a standby
         assert "after-finalize" in kraft_topics(admin)
     finally:
