@@ -5,7 +5,9 @@ edit the generator, not this file. Declarations only: see protocol/schema.py.
 
 Exception: REMOVE_TOPIC_RECORD is declared by hand (RemoveTopicRecord.json is not among
 the reference specs in ../shared; field, key and versions are Kafka's). A regeneration
-must keep it: the controller replays it when a topic is deleted.
+must keep it: the controller replays it when a topic is deleted. The same holds for the
+security records at the end (USER_SCRAM_CREDENTIAL_RECORD, REMOVE_USER_SCRAM_CREDENTIAL_RECORD,
+ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD).
 """
 
 from protocol.schema import Field as F
@@ -237,5 +239,67 @@ REGISTER_CONTROLLER_RECORD = Message(
             F('MinSupportedVersion', 'int16', '0+'),
             F('MaxSupportedVersion', 'int16', '0+'),
         )),
+    ),
+)
+
+
+# Security records (issue 8), declared from Kafka's UserScramCredentialRecord.json,
+# RemoveUserScramCredentialRecord.json, AccessControlEntryRecord.json and
+# RemoveAccessControlEntryRecord.json (not among ../shared's specs).
+USER_SCRAM_CREDENTIAL_RECORD = Message(
+    name='UserScramCredentialRecord',
+    type='metadata',
+    api_key=11,
+    valid_versions='0',
+    flexible_versions='0+',
+    fields=(
+        F('Name', 'string', '0+'),
+        F('CredentialInfos', '[]CredentialInfo', '0+', fields=(
+            F('Mechanism', 'int8', '0+'),
+            F('Salt', 'bytes', '0+'),
+            F('SaltedPassword', 'bytes', '0+'),
+            F('Iterations', 'int32', '0+'),
+        )),
+    ),
+)
+
+ACCESS_CONTROL_ENTRY_RECORD = Message(
+    name='AccessControlEntryRecord',
+    type='metadata',
+    api_key=18,
+    valid_versions='0',
+    flexible_versions='0+',
+    fields=(
+        F('Id', 'uuid', '0+'),
+        F('ResourceType', 'int8', '0+'),
+        F('ResourceName', 'string', '0+'),
+        F('PatternType', 'int8', '0+'),
+        F('Principal', 'string', '0+'),
+        F('Host', 'string', '0+'),
+        F('Operation', 'int8', '0+'),
+        F('PermissionType', 'int8', '0+'),
+    ),
+)
+
+REMOVE_ACCESS_CONTROL_ENTRY_RECORD = Message(
+    name='RemoveAccessControlEntryRecord',
+    type='metadata',
+    api_key=19,
+    valid_versions='0',
+    flexible_versions='0+',
+    fields=(
+        F('Id', 'uuid', '0+'),
+    ),
+)
+
+REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Message(
+    name='RemoveUserScramCredentialRecord',
+    type='metadata',
+    api_key=22,
+    valid_versions='0',
+    flexible_versions='0+',
+    fields=(
+        F('Name', 'string', '0+'),
+        F('Mechanism', 'int8', '0+'),
     ),
 )

@@ -62,7 +62,27 @@ from kafka.protocol.admin.cluster import (  # noqa: E402
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
 )
+from kafka.protocol.admin.acl import (  # noqa: E402
+    CreateAclsRequest,
+    CreateAclsResponse,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+)
+from kafka.protocol.admin.users import (  # noqa: E402
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+)
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse  # noqa: E402
+from kafka.protocol.sasl import (  # noqa: E402
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse  # noqa: E402
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse  # noqa: E402
 
@@ -81,6 +101,13 @@ KAFKA_PYTHON = {
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    17: (SaslHandshakeRequest, SaslHandshakeResponse),
+    36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
+    29: (DescribeAclsRequest, DescribeAclsResponse),
+    30: (CreateAclsRequest, CreateAclsResponse),
+    31: (DeleteAclsRequest, DeleteAclsResponse),
+    50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
+    51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
 }
 
 NO_DECLARATION = "kafka-python 3.0.12 has no declaration for this API (KRaft-internal RPC)"
@@ -97,6 +124,7 @@ NOT_IN_KAFKA_PYTHON = {
     81: NO_DECLARATION,  # RemoveRaftVoter
     82: NO_DECLARATION,  # UpdateRaftVoter
     6: "kafka-python 3.0.12 has no declaration for this API (controller-to-ZooKeeper-broker RPC)",  # UpdateMetadata
+    58: "kafka-python 3.0.12 has no declaration for this API (broker-to-controller forwarding)",  # Envelope
     10000: "kraftwerk's own API (KIP-866 MigrationCheck); no Kafka client knows it",
     10001: "kraftwerk's own API (DescribeMigration, for `kraftwerk migration status`); no Kafka client knows it",
 }
