@@ -243,7 +243,8 @@ REGISTER_CONTROLLER_RECORD = Message(
 )
 
 
-# Security records (issue 8), declared from Kafka's UserScramCredentialRecord.json,
+# Security records (issue 8), declared from Kafka's UserScramCredentialRecord.json (the
+# shape Kafka shipped with SCRAM in KRaft, 3.5: one mechanism per record, stored and server keys),
 # RemoveUserScramCredentialRecord.json, AccessControlEntryRecord.json and
 # RemoveAccessControlEntryRecord.json (not among ../shared's specs).
 USER_SCRAM_CREDENTIAL_RECORD = Message(
@@ -254,12 +255,11 @@ USER_SCRAM_CREDENTIAL_RECORD = Message(
     flexible_versions='0+',
     fields=(
         F('Name', 'string', '0+'),
-        F('CredentialInfos', '[]CredentialInfo', '0+', fields=(
-            F('Mechanism', 'int8', '0+'),
-            F('Salt', 'bytes', '0+'),
-            F('SaltedPassword', 'bytes', '0+'),
-            F('Iterations', 'int32', '0+'),
-        )),
+        F('Mechanism', 'int8', '0+'),
+        F('Salt', 'bytes', '0+'),
+        F('StoredKey', 'bytes', '0+'),
+        F('ServerKey', 'bytes', '0+'),
+        F('Iterations', 'int32', '0+'),
     ),
 )
 

@@ -28,6 +28,7 @@ from protocol.registry import api_name
 from server.apis import API_VERSIONS_KEY, ServedApi
 from server.net.listener import CloseConnection, Connection, PendingResponse
 from server.observability import Event, get_logger
+from server.security.model import KafkaPrincipal
 
 if TYPE_CHECKING:
     from server.node import ControllerNode
@@ -40,7 +41,8 @@ _SIZE = struct.Struct(">i")
 class RequestContext:
     """What a handler may know about the request it is answering."""
 
-    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "connection", "node")
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "connection", "node", "principal",
+                 "client_host", "forwarded_by")
 
     def __init__(self, api_key, api_version, correlation_id, client_id, connection, node) -> None:
         self.api_key = api_key
@@ -49,6 +51,12 @@ class RequestContext:
         self.client_id = client_id
         self.connection: Connection = connection
         self.node: "ControllerNode" = node
+        # Whom the request is authorized as: the connection's principal, or, for a
+        # request a broker forwarded in an Envelope, the client's (issue 8).
+        self.principal: KafkaPrincipal = connection.principal
+        self.client_host: str = connection.host
+        # The forwarding broker's principal when the request came in an Envelope.
+        self.forwarded_by: KafkaPrincipal | None = None
 
 
 class Dispatcher:

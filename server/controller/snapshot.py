@@ -25,7 +25,8 @@ Rules kept here:
   the FeatureLevelRecords (metadata.version first), the ZkMigrationStateRecord
   (when not NONE), then per topic (by name) its
   TopicRecord and PartitionRecords (by index), then the ConfigRecords (by
-  resource and name), and a KRaftVersion control record (when kraft.version > 0)
+  resource and name), the UserScramCredentialRecords (by user and mechanism),
+  the AccessControlEntryRecords (by id), and a KRaftVersion control record (when kraft.version > 0)
   in the highest free offsets up to the last applied offset, so the last record
   replayed lands on it; a NoOpRecord there when nothing else does. Every item of
   the image came from a record at an offset of its own, so they always fit.
@@ -156,6 +157,7 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
         floating.append((record(mr.ZK_MIGRATION_STATE_RECORD, {"zk_migration_state": state.zk_migration_state},
                                 version=0), None))
     floating.extend((item, None) for item in topic_and_config_records(state))
+    floating.extend((item, None) for item in security_records(state))
     if state.kraft_version > 0:
         floating.append((None, state.kraft_version))
     if not floating and last_offset not in pinned:
@@ -213,6 +215,26 @@ def topic_and_config_records(state: ControllerState) -> list[MetadataRecord]:
         for key in sorted(values):
             records.append(record(mr.CONFIG_RECORD, {"resource_type": resource_type, "resource_name": resource_name,
                                                      "name": key, "value": values[key]}, version=0))
+    return records
+
+
+def security_records(state: ControllerState) -> list[MetadataRecord]:
+    """UserScramCredentialRecords (by user, mechanism), then AccessControlEntryRecords (by id)."""
+    records: list[MetadataRecord] = []
+    credentials = state.scram_credentials()
+    for key in sorted(credentials):
+        credential = credentials[key]
+        records.append(record(mr.USER_SCRAM_CREDENTIAL_RECORD, {
+            "name": credential.user, "mechanism": int(credential.mechanism), "salt": credential.salt,
+            "stored_key": credential.stored_key, "server_key": credential.server_key,
+            "iterations": credential.iterations}, version=0))
+    acls = state.acls()
+    for acl_id in sorted(acls):
+        acl = acls[acl_id]
+        records.append(record(mr.ACCESS_CONTROL_ENTRY_RECORD, {
+            "id": acl.acl_id, "resource_type": acl.resource_type, "resource_name": acl.resource_name,
+            "pattern_type": acl.pattern_type, "principal": acl.principal, "host": acl.host,
+            "operation": acl.operation, "permission_type": acl.permission_type}, version=0))
     return records
 
 

@@ -1,8 +1,8 @@
 """The controller's metadata image, rebuilt only by replaying metadata records.
 
 Owns: `ControllerState` (finalized features, their epoch, broker registrations,
-topics with their partitions, configs, the ZK migration state, the open metadata
-transaction), the typed
+topics with their partitions, configs, the ZK migration state, SCRAM credentials,
+ACLs, the open metadata transaction), the typed
 registration / topic / partition values, and the volatile `BrokerHeartbeatTracker`.
 
 Rules kept here:
@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
 from server.controller.downgrade import project_registration
+from server.security.model import AclEntry, ScramCredential, ScramMechanism
 from server.controller.features import (
     IBP_3_4_IV0,
     KRAFT_VERSION,
@@ -176,6 +177,10 @@ class _Image:
     topics_view: Mapping[str, TopicImage] | None = None
     # ZkMigrationStateRecord.ZkMigrationState (Kafka's values; 0 NONE when never written).
     zk_migration_state: int = 0
+    # (user, mechanism) -> credential (UserScramCredentialRecord; issue 8).
+    scram: dict[tuple[str, int], ScramCredential] = field(default_factory=dict)
+    # ACL id -> entry (AccessControlEntryRecord; issue 8). The authorizer indexes them itself.
+    acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
 
     def copy(self) -> "_Image":
         return _Image(
@@ -185,6 +190,8 @@ class _Image:
             {resource: dict(values) for resource, values in self.configs.items()},
             self.topics_view,
             self.zk_migration_state,
+            dict(self.scram),
+            dict(self.acls),
         )
 
 
@@ -296,6 +303,17 @@ class ControllerState:
         """Every (resource type, resource name) with at least one config, sorted."""
         return tuple(sorted(self._image.configs))
 
+    def scram_credential(self, user: str, mechanism: int) -> ScramCredential | None:
+        return self._image.scram.get((user, int(mechanism)))
+
+    def scram_credentials(self) -> Mapping[tuple[str, int], ScramCredential]:
+        """Every SCRAM credential by (user, mechanism)."""
+        return MappingProxyType(self._image.scram)
+
+    def acls(self) -> Mapping[uuid.UUID, AclEntry]:
+        """Every ACL by id."""
+        return MappingProxyType(self._image.acls)
+
     @property
     def in_transaction(self) -> bool:
         return self._transaction_start is not None
@@ -314,6 +332,8 @@ class ControllerState:
             "topics": {entry.topic_id: entry.image() for entry in self._image.topics.values()},
             "configs": {resource: dict(values) for resource, values in self._image.configs.items()},
             "zk_migration_state": self._image.zk_migration_state,
+            "scram": dict(self._image.scram),
+            "acls": dict(self._image.acls),
             "last_applied_offset": self._last_applied_offset,
             "transaction_start": self._transaction_start,
         }
@@ -568,6 +588,37 @@ class ControllerState:
         self._transaction_start = offset
         self._transaction_base = self._image.copy()
 
+    def _replay_user_scram_credential(self, data: Any, offset: int) -> None:
+        mechanism = _get(data, "mechanism")
+        if mechanism not in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
+            raise ReplayError(f"UserScramCredentialRecord at {offset} names unknown mechanism {mechanism}")
+        name = _get(data, "name")
+        self._image.scram[(name, int(mechanism))] = ScramCredential(
+            name, ScramMechanism(mechanism), bytes(_get(data, "salt")), bytes(_get(data, "stored_key")),
+            bytes(_get(data, "server_key")), _get(data, "iterations"),
+        )
+
+    def _replay_remove_user_scram_credential(self, data: Any, offset: int) -> None:
+        key = (_get(data, "name"), int(_get(data, "mechanism")))
+        if key not in self._image.scram:
+            raise ReplayError(f"RemoveUserScramCredentialRecord at {offset} for {key[0]!r}/{key[1]}: no such credential")
+        del self._image.scram[key]
+
+    def _replay_access_control_entry(self, data: Any, offset: int) -> None:
+        acl_id = _get(data, "id")
+        if acl_id in self._image.acls:
+            raise ReplayError(f"AccessControlEntryRecord at {offset}: ACL {acl_id} exists")
+        self._image.acls[acl_id] = AclEntry(
+            acl_id, _get(data, "resource_type"), _get(data, "resource_name"), _get(data, "pattern_type"),
+            _get(data, "principal"), _get(data, "host"), _get(data, "operation"), _get(data, "permission_type"),
+        )
+
+    def _replay_remove_access_control_entry(self, data: Any, offset: int) -> None:
+        acl_id = _get(data, "id")
+        if acl_id not in self._image.acls:
+            raise ReplayError(f"RemoveAccessControlEntryRecord at {offset}: no ACL {acl_id}")
+        del self._image.acls[acl_id]
+
     def _replay_end_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is None:
             raise ReplayError(f"EndTransactionRecord at {offset} without an open transaction")
@@ -598,6 +649,10 @@ _HANDLERS = {
     mr.BEGIN_TRANSACTION_RECORD.api_key: ControllerState._replay_begin_transaction,
     mr.END_TRANSACTION_RECORD.api_key: ControllerState._replay_end_transaction,
     mr.ABORT_TRANSACTION_RECORD.api_key: ControllerState._replay_abort_transaction,
+    mr.USER_SCRAM_CREDENTIAL_RECORD.api_key: ControllerState._replay_user_scram_credential,
+    mr.REMOVE_USER_SCRAM_CREDENTIAL_RECORD.api_key: ControllerState._replay_remove_user_scram_credential,
+    mr.ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_access_control_entry,
+    mr.REMOVE_ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_remove_access_control_entry,
 }
 
 

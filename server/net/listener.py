@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from server.net.framing import FrameDecoder, FrameError
+from server.security.model import ANONYMOUS, KafkaPrincipal
 from server.observability import Event, get_logger
 
 if TYPE_CHECKING:
@@ -55,12 +56,21 @@ class PendingResponse:
 
 class Connection:
     __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope", "closing", "in_flight",
-                 "max_in_flight")
+                 "max_in_flight", "principal", "listener_name", "security_protocol", "sasl")
 
-    def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream) -> None:
+    def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream, *,
+                 listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
         self.connection_id = connection_id
         self.peer = peer
         self.stream = stream
+        # Who the client is (issue 8): User:ANONYMOUS until TLS or SASL says otherwise.
+        self.principal: KafkaPrincipal = ANONYMOUS
+        self.listener_name = listener_name
+        self.security_protocol = security_protocol
+        # The SASL exchange on a SASL_* listener (server.security.sasl); None elsewhere.
+        # Until it has authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate
+        # are served (the dispatcher enforces it).
+        self.sasl = None
         # (name, version) from ApiVersions v3+, for logs.
         self.client_software: tuple[str, str] | None = None
         # Set while the connection is served: cancelling it ends the connection.
@@ -69,6 +79,16 @@ class Connection:
         self.closing = False
         self.in_flight: trio.Semaphore | None = None
         self.max_in_flight = 0
+
+    @property
+    def host(self) -> str:
+        """The client's address without the port (what ACLs name as the host)."""
+        return self.peer.rpartition(":")[0] or self.peer
+
+    @property
+    def authenticated(self) -> bool:
+        """True unless this is a SASL listener whose exchange has not completed."""
+        return self.sasl is None or self.sasl.authenticated
 
     @property
     def idle(self) -> bool:

@@ -1,0 +1,1 @@
+"""Authentication (TLS, SASL PLAIN / SCRAM), authorization (ACLs) and the values they share."""
