@@ -37,6 +37,10 @@ log = get_logger("net")
 
 _SIZE = struct.Struct(">i")
 
+# What an unauthenticated connection on a SASL listener may send: ApiVersions,
+# SaslHandshake, SaslAuthenticate.
+PRE_AUTHENTICATION_APIS = frozenset((API_VERSIONS_KEY, 17, 36))
+
 
 class RequestContext:
     """What a handler may know about the request it is answering."""
@@ -117,6 +121,13 @@ class Dispatcher:
                         allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}")
             self.metrics.request_errors.labels("gated_version").inc()
             raise CloseConnection()
+        if not conn.authenticated and api_key not in PRE_AUTHENTICATION_APIS:
+            # Kafka's SaslServerAuthenticator: anything but these before the SASL exchange
+            # has completed is a protocol violation; the connection is closed.
+            log.warning(Event.SASL_REQUEST_BEFORE_AUTHENTICATION, connection=conn.connection_id, peer=conn.peer,
+                        api=api_name(api_key), api_version=version)
+            self.metrics.request_errors.labels("unauthenticated").inc()
+            raise CloseConnection()
         stream = BytesIO(frame)
         try:
             header = REQUEST_HEADER.decode(api.request_header_version(version), stream)
@@ -133,6 +144,13 @@ class Dispatcher:
             counter = self.metrics.requests.labels(api.name, str(version))
             self._request_counters[(api_key, version)] = counter
         counter.inc()
+        authorizer = self.node.authorizer
+        if authorizer is not None:
+            # Refused requests are answered here with the API's own error shape
+            # (CLUSTER_AUTHORIZATION_FAILED, ...): server/security/api_rules.py.
+            refusal = authorizer.check_request(ctx, api_key, request)
+            if refusal is not None:
+                return self.encode_response(api, version, correlation_id, refusal)
         if api.is_async:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)

@@ -48,6 +48,9 @@ class ServingNode:
         self.supported_node_features = supported
         self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
         self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+        # The ACL authorizer (server/security/authorizer.py) when `authorizer.class.name`
+        # is set; None authorizes everything, as Kafka does without an authorizer.
+        self.authorizer = None
 
     # -- features -------------------------------------------------------------
     def supported_features(self) -> dict[str, tuple[int, int]]:

@@ -113,6 +113,9 @@ class ZkBrokerFatalError(Exception):
 class ZkBrokerNode:
     """One ZooKeeper-mode broker. `run()` serves until stopped or fatal."""
 
+    # ZooKeeper-mode brokers authorize nothing (the migration source, not an API surface).
+    authorizer = None
+
     is_broker = True
 
     def __init__(self, config: ServerConfig, zookeeper_connect: str | None = None) -> None:
