@@ -84,6 +84,7 @@ def controller_apis() -> dict[int, ServedApi]:
         describe_configs,
         describe_migration,
         describe_quorum,
+        envelope,
         incremental_alter_configs,
         metadata,
         unregister_broker,
@@ -108,6 +109,8 @@ def controller_apis() -> dict[int, ServedApi]:
         served(44, 0, 1, incremental_alter_configs.handle, is_async=True),
         # kraftwerk's DescribeMigration (KIP-866 status; `kraftwerk migration status`).
         served(10001, 0, 0, describe_migration.handle),
+        # A broker forwarding a client's request with the client's principal (issue 8).
+        served(58, 0, 0, envelope.handle, is_async=True),
         # KRaft RPCs between controllers (and, with issue 4, broker observers).
         served(1, 17, 17, rpc.serve, is_async=True),
         served(52, 0, 1, rpc.serve, is_async=True),

@@ -36,7 +36,8 @@ from pathlib import Path
 import trio
 from prometheus_client import Gauge
 
-from protocol.errors import ErrorCode
+from protocol.errors import DecodeError, ErrorCode
+from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES
 from server.apis import broker_apis
 from server.broker.lifecycle import BrokerLifecycle, BrokerState
@@ -57,6 +58,8 @@ from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
+from server.handlers import forwarded
+from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
 from server.serving import Endpoint, ServingNode
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import parse_uuid_string, read_meta_properties
@@ -371,9 +374,31 @@ class BrokerNode(ServingNode):
         return self.config.node_id
 
     # -- forwarding ------------------------------------------------------------------------
-    async def forward_to_controller(self, api_key: int, version: int, request) -> dict | None:
+    async def _forward_in_envelope(self, peer, api_key: int, version: int, request, ctx) -> dict:
+        inner = encode_request(api_key, version, ctx.correlation_id, ctx.client_id, dict(request))
+        envelope = await peer.request(ENVELOPE_KEY, {
+            "request_data": inner[4:],  # without the size prefix, as Kafka embeds it
+            "request_principal": serialize_principal(ctx.principal),
+            "client_host_address": address_bytes(ctx.client_host),
+        }, FORWARD_TIMEOUT_S, version=0)
+        if envelope.error_code != ErrorCode.NONE or envelope.response_data is None:
+            # Not retriable (this broker may not forward, or the request is not forwardable):
+            # the client gets the refusal in its own API's error shape.
+            log.warning(Event.BROKER_FORWARD_FAILED, api_key=api_key, error_code=envelope.error_code,
+                        error="the controller refused the envelope")
+            return forwarded.error_response(
+                api_key, version, request, envelope.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the active controller refused this broker's forwarded request (error {envelope.error_code})")
+        try:
+            return decode_response(api_key, version, bytes(envelope.response_data))[1]
+        except DecodeError as exc:
+            raise PeerUnavailable(f"undecodable forwarded response: {exc}") from None
+
+    async def forward_to_controller(self, api_key: int, version: int, request, ctx=None) -> dict | None:
         """Sends a client's request to the active controller and returns its answer
-        (None if no controller answered within FORWARD_TIMEOUT_S)."""
+        (None if no controller answered within FORWARD_TIMEOUT_S). With the client's
+        request context `ctx`, the request goes in an Envelope carrying the client's
+        principal and address whenever the controller serves Envelope."""
         driver = self.raft_driver
         with trio.move_on_after(FORWARD_TIMEOUT_S):
             while True:
@@ -388,7 +413,10 @@ class BrokerNode(ServingNode):
                     return None
                 use = min(version, theirs[1])
                 try:
-                    response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
+                    if ctx is not None and ENVELOPE_KEY in peer.api_versions:
+                        response = await self._forward_in_envelope(peer, api_key, use, request, ctx)
+                    else:
+                        response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
                 except (PeerUnavailable, trio.TooSlowError) as exc:
                     log.info(Event.BROKER_FORWARD_FAILED, api_key=api_key, controller_id=leader, error=str(exc))
                     with trio.move_on_after(0.2):

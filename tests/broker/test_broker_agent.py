@@ -112,6 +112,10 @@ async def test_controller_apis_sent_to_a_broker_are_forwarded(tmp_path):
                 partition = quorum.topics[0].partitions[0]
                 assert partition.leader_id == 1
                 assert 103 in [o.replica_id for o in partition.observers]
+            # Both went to the controller inside Envelopes (the client's principal travels
+            # with them, so the controller authorizes the client, not the broker).
+            envelopes = cluster.controller.metrics.requests.labels("Envelope", "0")._value.get()
+            assert envelopes == 2
 
 
 async def test_controlled_shutdown_fences_the_broker(tmp_path):
