@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -18,6 +19,9 @@ from protocol.errors import DecodeError, ErrorCode
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
 from server.net.framing import FrameDecoder
+
+if TYPE_CHECKING:
+    from server.security.client_config import ClientSecurity
 
 CLIENT_SOFTWARE_NAME = "kraftwerk-cli"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -44,9 +48,17 @@ class KafkaClient:
         self.api_versions_response = None
 
     @classmethod
-    async def connect(cls, host: str, port: int, client_id: str = CLIENT_SOFTWARE_NAME) -> "KafkaClient":
+    async def connect(cls, host: str, port: int, client_id: str = CLIENT_SOFTWARE_NAME,
+                      security: "ClientSecurity | None" = None, timeout_s: float = 30.0) -> "KafkaClient":
+        """`security`: TLS and SASL as a Kafka client's properties say (None: PLAINTEXT);
+        `timeout_s` bounds the TCP connect, TLS handshake and SASL exchange."""
         try:
-            stream = await trio.open_tcp_stream(host, port)
+            if security is None:
+                stream = await trio.open_tcp_stream(host, port)
+            else:
+                from server.net.connect import open_client_stream
+
+                stream = await open_client_stream(host, port, security, timeout_s=timeout_s, client_id=client_id)
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
         client = cls(stream, client_id)

@@ -73,6 +73,9 @@ class Dispatcher:
         # structlog's lazy proxy binds on every call even when the level filters
         # the event out, so the per-request debug line is guarded by a flag.
         self._log_requests = node.config.log_level.lower() == "debug"
+        # Fixed for the node's life (it reads the committed image itself on each check);
+        # a node without one (test harnesses, ZooKeeper-mode brokers) authorizes nothing.
+        self.authorizer = getattr(node, "authorizer", None)
 
     # -- encoding -----------------------------------------------------------
     def encode_response(self, api: ServedApi, version: int, correlation_id: int, body: dict) -> bytes:
@@ -144,7 +147,7 @@ class Dispatcher:
             counter = self.metrics.requests.labels(api.name, str(version))
             self._request_counters[(api_key, version)] = counter
         counter.inc()
-        authorizer = self.node.authorizer
+        authorizer = self.authorizer
         if authorizer is not None:
             # Refused requests are answered here with the API's own error shape
             # (CLUSTER_AUTHORIZATION_FAILED, ...): server/security/api_rules.py.

@@ -37,7 +37,7 @@ from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.metrics_http import serve_metrics
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.listener import serve_listener
+from server.net.listener import serve_node_listeners
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
 from server.raft.core import RaftConfig
@@ -45,6 +45,7 @@ from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
+from server.security.client_config import ClientSecurity
 from server.serving import Endpoint, ServingNode
 from server.storage.durable import write_file_atomically
 from server.storage.log import LogConfig, MetadataLog
@@ -91,6 +92,8 @@ class ControllerNode(ServingNode):
             config.release, config.unstable_feature_versions_enable))
         self.cluster_id = ""
         self.port = config.listener.port
+        # Every listener's bound port by listener name (issue 8: several listeners).
+        self.bound_ports: dict[str, int] = {}
         self.controller: ControllerLoop | None = None
         self.raft_driver: RaftDriver | None = None
         self.metadata_log: MetadataLog | None = None
@@ -191,6 +194,13 @@ class ControllerNode(ServingNode):
         quorum_store = FileQuorumStateStore(self.log_dir, meta.cluster_id, frozenset(voter_ids))
         self.raft_driver = RaftDriver(raft_config, self.raft_storage, quorum_store, peers, random.Random(),
                                       client_id=f"kraftwerk-controller-{self.config.node_id}")
+        # The Raft driver creates the peer connections; they speak the controller
+        # listener's security protocol (issue 8).
+        peer_security = ClientSecurity.for_node(self.config)
+        for voter in self.voters:
+            peer = self.raft_driver.peer(voter.node_id) if voter.node_id != self.config.node_id else None
+            if peer is not None:
+                peer.security = peer_security
         self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
         self.controller = ControllerLoop(
             self.raft_driver, state, replay_from, self.tracker, supported,
@@ -255,9 +265,8 @@ class ControllerNode(ServingNode):
         try:
             async with trio.open_nursery() as nursery:
                 dispatcher = Dispatcher(self, self.served_apis)
-                listeners = await nursery.start(serve_listener, dispatcher, self.config.listener.host,
-                                                self.config.listener.port)
-                self.port = listeners[0].socket.getsockname()[1]
+                self.bound_ports = await nursery.start(serve_node_listeners, dispatcher)
+                self.port = self.bound_ports[self.config.listener.name]
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
                 nursery.start_soon(self._fence_expired_brokers)

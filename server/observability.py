@@ -40,6 +40,7 @@ class Event(StrEnum):
     ACLS_DELETED = "security.acls_deleted"
     SCRAM_CREDENTIALS_ALTERED = "security.scram_credentials_altered"
     CONNECTION_REFUSED = "net.connection_refused"
+    LISTENER_STARTED = "net.listener_started"
     REQUEST_RECEIVE_TIMEOUT = "net.request_receive_timeout"
     REQUEST_MEMORY_EXHAUSTED = "net.request_memory_exhausted"
     REQUEST_TIMED_OUT = "net.request_timed_out"

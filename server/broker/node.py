@@ -49,7 +49,7 @@ from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
 from server.gating import GATES
 from server.metrics_http import serve_metrics
-from server.net.listener import ConnectionRegistry, serve_listener
+from server.net.listener import ConnectionRegistry, serve_node_listeners
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.node import METADATA_LOG_DIR_NAME, StartupError
 from server.observability import Event, Metrics, get_logger
@@ -58,6 +58,7 @@ from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
+from server.security.client_config import ClientSecurity
 from server.handlers import forwarded
 from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
 from server.serving import Endpoint, ServingNode
@@ -101,6 +102,8 @@ class BrokerNode(ServingNode):
         self.cluster_id = ""
         self.directory_id = None
         self.port = config.listener.port
+        # Every listener's bound port by listener name (issue 8: several listeners).
+        self.bound_ports: dict[str, int] = {}
         self.connections = ConnectionRegistry()
         self.raft_driver: RaftDriver | None = None
         self.replayer: ControllerLoop | None = None
@@ -172,6 +175,14 @@ class BrokerNode(ServingNode):
         self._controller_peers = {
             node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}", random.Random(self._rng.random()))
             for node_id, address in peers.items()}
+        # Every connection to the controllers speaks the controller listener's security
+        # protocol (issue 8); the Raft driver created its own peers, so they are set here.
+        peer_security = ClientSecurity.for_node(config)
+        for node_id, peer in self._controller_peers.items():
+            peer.security = peer_security
+            observer_peer = self.raft_driver.peer(node_id)
+            if observer_peer is not None:
+                observer_peer.security = peer_security
         # The replayer is a controller loop that never becomes active (an observer never
         # leads): its replay task is the only writer of the image, as on a controller.
         self.replayer = ControllerLoop(
@@ -204,11 +215,10 @@ class BrokerNode(ServingNode):
                 # broker could only tell them stale features and ungated API versions.
                 await self.wait_metadata_known()
                 dispatcher = Dispatcher(self, self.served_apis)
-                listeners = await nursery.start(
-                    lambda task_status: serve_listener(dispatcher, self.config.listener.host,
-                                                       self.config.listener.port, registry=self.connections,
-                                                       task_status=task_status))
-                self.port = listeners[0].socket.getsockname()[1]
+                self.bound_ports = await nursery.start(
+                    lambda task_status: serve_node_listeners(dispatcher, registry=self.connections,
+                                                             task_status=task_status))
+                self.port = self.bound_ports[self.config.listener.name]
                 log.info(Event.BROKER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
                          port=self.port, cluster_id=self.cluster_id, release=self.config.release or "kraftwerk",
                          supported_metadata_version=str(self.supported_node_features[METADATA_VERSION]))

@@ -13,6 +13,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from server.client import ClientError, KafkaClient
+from server.security.client_config import ClientSecurity
 
 METADATA_TOPIC = "__cluster_metadata"
 FORWARD_TIMEOUT_S = 1.0
@@ -60,7 +61,8 @@ async def _forward(node, leader_id: int, request, version: int):
     try:
         with trio.fail_after(FORWARD_TIMEOUT_S):
             async with await KafkaClient.connect(address.host, address.port,
-                                                 client_id=f"kraftwerk-controller-{node.config.node_id}") as client:
+                                                 client_id=f"kraftwerk-controller-{node.config.node_id}",
+                                                 security=ClientSecurity.for_node(node.config)) as client:
                 return await client.request(55, version, request)
     except (ClientError, trio.TooSlowError):
         return None

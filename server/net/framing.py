@@ -39,13 +39,47 @@ class FrameDecoder:
     (without the size prefix) or None when more bytes are needed.
     """
 
-    __slots__ = ("_buffer", "_max_frame_bytes", "_need", "_broken")
+    __slots__ = ("_buffer", "_max_frame_bytes", "_limit_name", "_need", "_broken")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._buffer = bytearray()
         self._max_frame_bytes = max_frame_bytes
+        self._limit_name = "socket.request.max.bytes"
         self._need = -1  # body size of the frame being read, -1 = reading the prefix
         self._broken: FrameError | None = None
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    def set_max_frame_bytes(self, value: int, limit_name: str) -> None:
+        """The cap may change between frames: a SASL listener allows only
+        sasl.server.max.receive.size until the client has authenticated."""
+        self._max_frame_bytes = value
+        self._limit_name = limit_name
+
+    def pending_frame_size(self) -> int | None:
+        """The body size of the next frame once its size prefix has arrived (checked
+        against the cap like next_frame does), else None. Lets the caller reserve
+        memory for a frame before reading its body."""
+        if self._broken is not None:
+            raise self._broken
+        if self._need < 0:
+            if len(self._buffer) < SIZE_PREFIX_BYTES:
+                return None
+            self._take_prefix()
+        return self._need
+
+    def _take_prefix(self) -> None:
+        size = _SIZE.unpack_from(self._buffer, 0)[0]
+        if size < 0:
+            self._broken = FrameError(f"negative frame size {size}")
+            raise self._broken
+        if size > self._max_frame_bytes:
+            self._broken = FrameError(f"frame of {size} bytes exceeds {self._limit_name}={self._max_frame_bytes}")
+            raise self._broken
+        del self._buffer[:SIZE_PREFIX_BYTES]
+        self._need = size
 
     @property
     def buffered_bytes(self) -> int:
@@ -68,17 +102,7 @@ class FrameDecoder:
         if self._need < 0:
             if len(buffer) < SIZE_PREFIX_BYTES:
                 return None
-            size = _SIZE.unpack_from(buffer, 0)[0]
-            if size < 0:
-                self._broken = FrameError(f"negative frame size {size}")
-                raise self._broken
-            if size > self._max_frame_bytes:
-                self._broken = FrameError(
-                    f"frame of {size} bytes exceeds socket.request.max.bytes={self._max_frame_bytes}"
-                )
-                raise self._broken
-            del buffer[:SIZE_PREFIX_BYTES]
-            self._need = size
+            self._take_prefix()
         if len(buffer) < self._need:
             return None
         frame = bytes(buffer[: self._need])

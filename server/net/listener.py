@@ -15,16 +15,33 @@ Rules kept here:
 - Responses that are ready synchronously (reads of controller state) skip
   task creation entirely; only requests that wait for the controller loop get
   a task.
+- Hardening (issue 8): connections over `max.connections` / `max.connections.per.ip`
+  are closed at accept; a TLS handshake must finish within
+  `kraftwerk.ssl.handshake.timeout.ms`; a frame whose first byte arrived must be
+  complete within `kraftwerk.request.receive.timeout.ms` (slowloris); a frame may be
+  at most `sasl.server.max.receive.size` bytes until a SASL client has
+  authenticated; with `queued.max.request.bytes` set, a frame's declared size is
+  reserved from the node's pool before its body is read, and the connection is not
+  read while it cannot be (Kafka mutes the channel); an async request unanswered
+  after `kraftwerk.request.timeout.ms` closes its connection (the handlers' error
+  shapes differ per API, so kraftwerk does not invent a response).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import ssl
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import trio
+from prometheus_client import CollectorRegistry
 
+from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
 from server.net.framing import FrameDecoder, FrameError
+from server.net.limits import NetLimits
+from server.net.tls import certificate_principal_name, server_ssl_context
 from server.security.model import ANONYMOUS, KafkaPrincipal
 from server.observability import Event, get_logger
 
@@ -43,11 +60,13 @@ class CloseConnection(Exception):
 class PendingResponse:
     """A response that a task is still producing; the writer waits on it in order."""
 
-    __slots__ = ("event", "payload")
+    __slots__ = ("event", "payload", "created_at")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.payload: bytes | None = None  # None after the event = close the connection
+        # When the request was read: kraftwerk.request.timeout.ms counts from here.
+        self.created_at = trio.current_time()
 
     def set(self, payload: bytes | None) -> None:
         self.payload = payload
@@ -148,8 +167,22 @@ class _Outbox:
         self.queued = 0
 
 
+async def _wait_answer(conn: Connection, pending: PendingResponse, timeout_s: float) -> bool:
+    """Waits for an async request's answer; False (logged) when it took longer than
+    kraftwerk.request.timeout.ms since the request was read."""
+    if not pending.event.is_set():
+        with trio.move_on_at(pending.created_at + timeout_s):
+            await pending.event.wait()
+        if not pending.event.is_set():
+            log.warning(Event.REQUEST_TIMED_OUT, connection=conn.connection_id, peer=conn.peer,
+                        timeout_ms=round(timeout_s * 1000))
+            return False
+    return True
+
+
 async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: trio.Event,
-                  in_flight: trio.Semaphore, outbox: _Outbox, close_connection) -> None:
+                  in_flight: trio.Semaphore, outbox: _Outbox, close_connection, request_timeout_s: float = math.inf,
+                  on_timeout=None) -> None:
     """Writes queued responses in request order, coalescing ready ones.
 
     Releases one `in_flight` token per response once it has been sent. When it
@@ -168,7 +201,10 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
     try:
         async for item in responses:
             if item.__class__ is PendingResponse:
-                await item.event.wait()
+                if not await _wait_answer(conn, item, request_timeout_s):
+                    if on_timeout is not None:
+                        on_timeout()
+                    return
                 item = item.payload
                 if item is None:
                     return
@@ -183,7 +219,10 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                     if not nxt.event.is_set():
                         await send(chunks)
                         chunks = []
-                        await nxt.event.wait()
+                        if not await _wait_answer(conn, nxt, request_timeout_s):
+                            if on_timeout is not None:
+                                on_timeout()
+                            return
                     if nxt.payload is None:
                         if chunks:
                             await send(chunks)
@@ -200,9 +239,24 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
         close_connection()
 
 
-async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
+def _setting(config, name: str):
+    # Stand-in nodes of some tests carry a config with the pre-issue-8 fields only.
+    return getattr(config, name, ServerConfig.__dataclass_fields__[name].default)
+
+
+async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: NetLimits | None = None) -> None:
     config = dispatcher.config
     decoder = FrameDecoder(config.socket_request_max_bytes)
+    # The frame cap follows the SASL state: small until the client has authenticated.
+    capped_for_sasl = False
+    if not conn.authenticated:
+        decoder.set_max_frame_bytes(_setting(config, "sasl_server_max_receive_size"), "sasl.server.max.receive.size")
+        capped_for_sasl = True
+    pool = limits.memory if limits is not None and limits.memory.bounded else None
+    reserved = 0  # bytes of the pool held for the frame being received
+    receive_timeout_ms = _setting(config, "request_receive_timeout_ms")
+    receive_timeout_s = receive_timeout_ms / 1000
+    frame_deadline = math.inf  # when the frame being received must be complete
     idle_seconds = config.connections_max_idle_ms / 1000
     send_channel, receive_channel = trio.open_memory_channel(config.connection_max_in_flight_requests)
     writer_done = trio.Event()
@@ -220,6 +274,18 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
             in_flight.release()
         conn.close_if_done()
 
+    def release_memory() -> None:
+        nonlocal reserved
+        if reserved:
+            pool.release(reserved)
+            reserved = 0
+            if limits is not None:
+                limits.memory_reserved.set(pool.reserved_bytes)
+
+    def count_timeout() -> None:
+        if limits is not None:
+            limits.timeouts.labels("request").inc()
+
     conn.in_flight = in_flight
     conn.max_in_flight = config.connection_max_in_flight_requests
     async with trio.open_nursery() as nursery:
@@ -227,7 +293,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
         if conn.closing:
             nursery.cancel_scope.cancel()
         nursery.start_soon(_writer, conn, receive_channel, writer_done, in_flight, outbox,
-                           nursery.cancel_scope.cancel)
+                           nursery.cancel_scope.cancel, _setting(config, "request_timeout_ms") / 1000, count_timeout)
         # One idle scope for the whole connection, its deadline pushed forward
         # at most once a second: the timeout fires between idle and idle+1 s
         # after the last request, without a new scope per read.
@@ -235,7 +301,20 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
         try:
             with idle:
                 while True:
-                    data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                    if decoder.in_frame:
+                        # Part of a frame is here: the rest must follow in time (slowloris).
+                        with trio.move_on_at(frame_deadline) as receive_scope:
+                            data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                        if receive_scope.cancelled_caught:
+                            reason = "receive_timeout"
+                            log.warning(Event.REQUEST_RECEIVE_TIMEOUT, connection=conn.connection_id,
+                                        peer=conn.peer, buffered_bytes=decoder.buffered_bytes,
+                                        timeout_ms=receive_timeout_ms)
+                            if limits is not None:
+                                limits.timeouts.labels("receive").inc()
+                            break
+                    else:
+                        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
                     if not data:
                         if decoder.in_frame:
                             reason = "disconnected_mid_request"
@@ -245,20 +324,55 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
                     now = trio.current_time()
                     if idle.deadline - now < idle_seconds:
                         idle.deadline = now + idle_seconds + 1
+                    frame_started_now = not decoder.in_frame
                     decoder.receive_data(data)
                     ready: list[bytes] = []
                     while True:
+                        if capped_for_sasl and conn.authenticated:
+                            decoder.set_max_frame_bytes(config.socket_request_max_bytes, "socket.request.max.bytes")
+                            capped_for_sasl = False
+                        if pool is not None and not reserved:
+                            size = decoder.pending_frame_size()
+                            if size is None:
+                                break
+                            if not pool.fits_ever(size):
+                                raise FrameError(f"frame of {size} bytes exceeds queued.max.request.bytes="
+                                                 f"{pool.capacity_bytes}")
+                            if not pool.try_reserve(size):
+                                # Mute: read nothing more from this connection until the
+                                # pool has room (answers already made go out first).
+                                if ready:
+                                    await write_directly(ready)
+                                    ready = []
+                                log.info(Event.REQUEST_MEMORY_EXHAUSTED, connection=conn.connection_id,
+                                         peer=conn.peer, frame_bytes=size, reserved_bytes=pool.reserved_bytes,
+                                         pool_bytes=pool.capacity_bytes)
+                                await pool.reserve(size)
+                                # The wait was the server's, not the client's.
+                                frame_deadline = trio.current_time() + receive_timeout_s
+                            reserved = size
+                            limits.memory_reserved.set(pool.reserved_bytes)
                         frame = decoder.next_frame()
-                        if frame is None or conn.closing:
+                        if frame is None:
+                            break
+                        frame_started_now = True  # whatever remains is a new frame
+                        if conn.closing:
+                            release_memory()
                             break
                         try:
-                            in_flight.acquire_nowait()
-                        except trio.WouldBlock:
-                            if ready:  # they hold tokens: write them before waiting for more
-                                await write_directly(ready)
-                                ready = []
-                            await in_flight.acquire()
-                        item = dispatcher.dispatch(conn, frame, nursery)
+                            try:
+                                in_flight.acquire_nowait()
+                            except trio.WouldBlock:
+                                if ready:  # they hold tokens: write them before waiting for more
+                                    await write_directly(ready)
+                                    ready = []
+                                await in_flight.acquire()
+                                frame_deadline = trio.current_time() + receive_timeout_s
+                            item = dispatcher.dispatch(conn, frame, nursery)
+                        finally:
+                            # Decoded (or refused): its bytes are no longer held.
+                            if reserved:
+                                release_memory()
                         if item.__class__ is bytes and outbox.queued == 0:
                             ready.append(item)
                             continue
@@ -273,6 +387,8 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
                             await send_channel.send(item)
                     if ready:
                         await write_directly(ready)
+                    if frame_started_now and decoder.in_frame:
+                        frame_deadline = trio.current_time() + receive_timeout_s
             if idle.cancelled_caught:
                 reason = "idle"
                 log.info(Event.CONNECTION_IDLE_TIMEOUT, connection=conn.connection_id, peer=conn.peer,
@@ -289,6 +405,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
             nursery.cancel_scope.cancel()
         finally:
             send_channel.close()
+            release_memory()
         if reason in ("eof", "disconnected_mid_request"):
             # Let the writer flush answers to requests that arrived before EOF
             # (a client may half-close after its last request), but bounded.
@@ -298,36 +415,118 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher") -> None:
     log.debug(Event.CONNECTION_CLOSED, connection=conn.connection_id, peer=conn.peer, reason=reason)
 
 
+def _peer_of(stream: trio.SocketStream) -> str:
+    try:
+        address = stream.socket.getpeername()
+        return f"{address[0]}:{address[1]}"
+    except OSError:
+        return "unknown"
+
+
+async def _close_quietly(stream: trio.abc.AsyncResource) -> None:
+    with trio.move_on_after(1):
+        await stream.aclose()
+
+
 async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
-                         registry: ConnectionRegistry | None = None,
+                         registry: ConnectionRegistry | None = None, listener: Listener | None = None,
+                         limits: NetLimits | None = None,
                          task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Listens on host:port; reports the bound listeners through task_status. Open
-    connections are kept in `registry` when one is given."""
+    connections are kept in `registry` when one is given.
+
+    `listener` gives the name and security protocol (default: the node's first
+    listener's); `limits` the node's shared connection and memory limits (default:
+    limits of this listener alone, from the config)."""
+    config: ServerConfig = dispatcher.config
+    listener = replace(listener or config.listener, host=host, port=port)
+    protocol = listener.security_protocol
+    ssl_context: ssl.SSLContext | None = None
+    if protocol in TLS_PROTOCOLS:
+        ssl_context = server_ssl_context(config.ssl_for(listener.name))
+    new_sasl_session = None
+    if protocol in SASL_PROTOCOLS:
+        # Written by the SASL work of issue 8; imported here so a PLAINTEXT/SSL node never needs it.
+        from server.security.sasl import new_sasl_session
+    if limits is None:
+        limits = NetLimits.from_config(config, CollectorRegistry())
+    handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
     listeners = await trio.open_tcp_listeners(port, host=host)
     ids = itertools.count(1)
     metrics = dispatcher.metrics
 
     async def handler(stream: trio.SocketStream) -> None:
+        peer = _peer_of(stream)
+        client_host = peer.rpartition(":")[0] or peer
+        refusal = limits.connections.try_acquire(client_host)
+        if refusal is not None:
+            log.warning(Event.CONNECTION_REFUSED, listener=listener.name, peer=peer, reason=refusal)
+            limits.refused.labels(refusal.partition("=")[0]).inc()
+            await _close_quietly(stream)
+            return
+        conn_stream: trio.abc.Stream = stream
         try:
-            peer_address = stream.socket.getpeername()
-            peer = f"{peer_address[0]}:{peer_address[1]}"
-        except OSError:
-            peer = "unknown"
-        conn = Connection(next(ids), peer, stream)
-        metrics.connections.inc()
-        log.debug(Event.CONNECTION_OPENED, connection=conn.connection_id, peer=peer)
-        if registry is not None:
-            registry.add(conn)
-        try:
-            await serve_connection(conn, dispatcher)
-        except Exception:  # a bug in our code: log it, keep every other connection alive
-            log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, peer=peer)
-        finally:
+            principal = ANONYMOUS
+            if ssl_context is not None:
+                tls = trio.SSLStream(stream, ssl_context, server_side=True)
+                try:
+                    with trio.fail_after(handshake_timeout_s):
+                        await tls.do_handshake()
+                except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
+                    cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
+                    log.warning(Event.TLS_HANDSHAKE_FAILED, listener=listener.name, peer=peer,
+                                error=("timed out" if isinstance(exc, trio.TooSlowError) else
+                                       f"{cause.__class__.__name__}: {cause}"))
+                    limits.handshake_failures.labels(listener.name).inc()
+                    return
+                conn_stream = tls
+                if protocol == "SSL":
+                    # Kafka's DEFAULT principal mapping: the certificate's subject DN.
+                    name = certificate_principal_name(tls.getpeercert())
+                    if name is not None:
+                        principal = KafkaPrincipal("User", name)
+            conn = Connection(next(ids), peer, conn_stream, listener_name=listener.name, security_protocol=protocol)
+            conn.principal = principal
+            if new_sasl_session is not None:
+                conn.sasl = new_sasl_session(dispatcher.node, listener.name)
+            metrics.connections.inc()
+            log.debug(Event.CONNECTION_OPENED, connection=conn.connection_id, peer=peer, listener=listener.name,
+                      security_protocol=protocol, principal=str(principal))
             if registry is not None:
-                registry.discard(conn)
-            metrics.connections.dec()
-            with trio.move_on_after(1):
-                await stream.aclose()
+                registry.add(conn)
+            try:
+                await serve_connection(conn, dispatcher, limits)
+            except Exception:  # a bug in our code: log it, keep every other connection alive
+                log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, peer=peer)
+            finally:
+                if registry is not None:
+                    registry.discard(conn)
+                metrics.connections.dec()
+        finally:
+            limits.connections.release(client_host)
+            await _close_quietly(conn_stream)
+            if conn_stream is not stream:
+                await _close_quietly(stream)
 
     task_status.started(listeners)
     await trio.serve_listeners(handler, listeners)
+
+
+async def serve_node_listeners(dispatcher: "Dispatcher", *, registry: ConnectionRegistry | None = None,
+                               limits: NetLimits | None = None,
+                               task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serves every listener of the node's config with one shared `limits`; reports
+    {listener name: bound port} once all are listening (port 0 binds a free port)."""
+    config: ServerConfig = dispatcher.config
+    if limits is None:
+        limits = NetLimits.from_config(config, dispatcher.metrics.registry)
+    bound: dict[str, int] = {}
+    async with trio.open_nursery() as nursery:
+        for item in config.listeners:
+            sockets = await nursery.start(
+                lambda task_status, item=item: serve_listener(dispatcher, item.host, item.port, registry=registry,
+                                                              listener=item, limits=limits, task_status=task_status))
+            bound[item.name] = sockets[0].socket.getsockname()[1]
+            log.info(Event.LISTENER_STARTED, listener=item.name, security_protocol=item.security_protocol, host=item.host,
+                     port=bound[item.name])
+        task_status.started(bound)

@@ -26,7 +26,9 @@ import trio
 from protocol.errors import DecodeError, ErrorCode
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
+from server.net.connect import open_client_stream
 from server.net.framing import FrameDecoder, FrameError
+from server.security.client_config import ClientSecurity
 from server.observability import get_logger
 
 log = get_logger("net.peer")
@@ -79,8 +81,13 @@ class PeerConnection:
         max_in_flight_requests: int = 64,
         backoff: BackoffPolicy = BackoffPolicy(),
         connect_timeout_s: float = 5.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.address = address
+        # How to connect (TLS, SASL); None is PLAINTEXT. Set by the node before run()
+        # (the Raft driver creates the peers): ClientSecurity.for_node(config).
+        self.security: ClientSecurity | None = security
+        self._ssl_context = None
         self._client_id = client_id
         self._rng = rng
         self._backoff = backoff
@@ -112,11 +119,15 @@ class PeerConnection:
         """Keeps the connection up until cancelled."""
         task_status.started()
         attempt = 0
+        if self.security is not None and self.security.uses_tls and self._ssl_context is None:
+            # Built once: loading keys and CAs on every reconnect would be wasted work.
+            self._ssl_context = self.security.ssl_context()
         while True:
             try:
-                with trio.fail_after(self._connect_timeout_s):
-                    stream = await trio.open_tcp_stream(self.address.host, self.address.port)
-            except (OSError, trio.TooSlowError) as exc:
+                stream = await open_client_stream(self.address.host, self.address.port, self.security,
+                                                  timeout_s=self._connect_timeout_s, client_id=self._client_id,
+                                                  ssl_context=self._ssl_context)
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
                 delay_ms = self._backoff.delay_ms(attempt, self._rng)
                 attempt += 1
                 log.debug("net.peer_connect_failed", peer=self.address.node_id, error=str(exc),

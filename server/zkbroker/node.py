@@ -414,6 +414,7 @@ class ZkBrokerNode:
         handshake: the broker learns its KRaft broker epoch. Retried with backoff until the
         active controller knows it (after the copy), then done."""
         from server.client import ClientError, KafkaClient
+        from server.security.client_config import ClientSecurity
 
         incarnation = uuid.uuid4()
         endpoint = self.own_endpoint()
@@ -431,7 +432,8 @@ class ZkBrokerNode:
                 try:
                     with trio.fail_after(KRAFT_REGISTRATION_TIMEOUT_S):
                         async with await KafkaClient.connect(voter.host, voter.port,
-                                                             client_id=f"zkbroker-{self.broker_id}") as client:
+                                                             client_id=f"zkbroker-{self.broker_id}",
+                                                             security=ClientSecurity.for_node(self.config)) as client:
                             await client.negotiate()
                             response = await client.call(62, request, min_version=1)
                 except (ClientError, OSError, trio.TooSlowError) as exc:
