@@ -75,11 +75,15 @@ class AdvertisedApis:
 def controller_apis() -> dict[int, ServedApi]:
     # Imported here so protocol-only users of this module stay light.
     from server.handlers import (
+        alter_user_scram_credentials,
         api_versions,
         broker_heartbeat,
         broker_registration,
+        create_acls,
         create_topics,
+        delete_acls,
         delete_topics,
+        describe_acls,
         describe_cluster,
         describe_configs,
         describe_migration,
@@ -87,9 +91,12 @@ def controller_apis() -> dict[int, ServedApi]:
         envelope,
         incremental_alter_configs,
         metadata,
+        sasl_authenticate,
+        sasl_handshake,
         unregister_broker,
         update_features,
     )
+    from server.handlers import describe_user_scram_credentials
 
     from server.raft import rpc
 
@@ -109,8 +116,18 @@ def controller_apis() -> dict[int, ServedApi]:
         served(44, 0, 1, incremental_alter_configs.handle, is_async=True),
         # kraftwerk's DescribeMigration (KIP-866 status; `kraftwerk migration status`).
         served(10001, 0, 0, describe_migration.handle),
+        # ACLs in the metadata log (issue 8).
+        served(29, 1, 3, describe_acls.handle),
+        served(30, 1, 3, create_acls.handle, is_async=True),
+        served(31, 1, 3, delete_acls.handle, is_async=True),
         # A broker forwarding a client's request with the client's principal (issue 8).
         served(58, 0, 0, envelope.handle, is_async=True),
+        # SASL (issue 8): v0 handshakes are answered and the connection closed
+        # (server/security/sasl.py); SCRAM credentials in the metadata log.
+        served(17, 0, 1, sasl_handshake.handle),
+        served(36, 0, 2, sasl_authenticate.handle, is_async=True),
+        served(50, 0, 0, describe_user_scram_credentials.handle),
+        served(51, 0, 0, alter_user_scram_credentials.handle, is_async=True),
         # KRaft RPCs between controllers (and, with issue 4, broker observers).
         served(1, 17, 17, rpc.serve, is_async=True),
         served(52, 0, 1, rpc.serve, is_async=True),
@@ -124,7 +141,8 @@ def controller_apis() -> dict[int, ServedApi]:
 def broker_apis() -> dict[int, ServedApi]:
     """What the broker agent serves to clients: the read APIs from its own metadata
     image, and the controller APIs it forwards to the active controller."""
-    from server.handlers import api_versions, describe_cluster, describe_configs, forwarded, metadata
+    from server.handlers import api_versions, describe_acls, describe_cluster, describe_configs, forwarded, metadata
+    from server.handlers import describe_user_scram_credentials, sasl_authenticate, sasl_handshake
 
     table = [
         served(18, 0, 4, api_versions.handle),
@@ -137,5 +155,14 @@ def broker_apis() -> dict[int, ServedApi]:
         served(20, 0, 6, forwarded.handle, is_async=True),
         served(44, 0, 1, forwarded.handle, is_async=True),
         served(10001, 0, 0, forwarded.handle, is_async=True),
+        served(29, 1, 3, describe_acls.handle),
+        served(30, 1, 3, forwarded.handle, is_async=True),
+        served(31, 1, 3, forwarded.handle, is_async=True),
+        # SASL (issue 8); SCRAM credentials: described from the broker's own image,
+        # altered through the active controller.
+        served(17, 0, 1, sasl_handshake.handle),
+        served(36, 0, 2, sasl_authenticate.handle, is_async=True),
+        served(50, 0, 0, describe_user_scram_credentials.handle),
+        served(51, 0, 0, forwarded.handle, is_async=True),
     ]
     return {api.api_key: api for api in table}

@@ -222,6 +222,11 @@ def cmd_storage_format(args) -> int:
     level = _parse_metadata_version(args.metadata_version) if args.metadata_version else LATEST_PRODUCTION.level
     try:
         records = bootstrap_records(level, _parse_feature_levels(args.feature))
+        # SCRAM users of the new cluster (Kafka's --add-scram): UserScramCredentialRecords
+        # after the feature levels, replayed with them by the first leader.
+        from server.controller.scram_commands import bootstrap_scram_records
+
+        records += bootstrap_scram_records(args.add_scram, level)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     directory = Path(config.metadata_log_dir)
@@ -273,13 +278,30 @@ def _mv_name(level: int) -> str:
     return found.name if found is not None else str(level)
 
 
+def _client_security(args):
+    """The ClientSecurity of --command-config FILE (None without one: PLAINTEXT)."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return None
+    from server.config import load_properties
+    from server.security.client_config import ClientSecurity, ClientSecurityError
+
+    try:
+        return ClientSecurity.from_properties(load_properties(Path(path).read_text()))
+    except OSError as exc:
+        raise CommandError(f"cannot read --command-config {path}: {exc.strerror or exc}") from None
+    except ClientSecurityError as exc:
+        raise CommandError(f"--command-config {path}: {exc}") from None
+
+
 async def _connect(args):
     from server.client import ClientError, KafkaClient
 
     host, port = _bootstrap_address(args)
+    security = _client_security(args)
     try:
         with trio.fail_after(args.timeout_s):
-            return await KafkaClient.connect(host, port)
+            return await KafkaClient.connect(host, port, security=security, timeout_s=args.timeout_s)
     except (ClientError, trio.TooSlowError) as exc:
         raise CommandError(f"could not reach {host}:{port} ({exc or 'timed out'}); is a controller "
                            "running there? Start one with `kraftwerk controller --config FILE`") from None
@@ -296,16 +318,19 @@ async def _call_active_controller(args, api_key: int, body: dict, min_version: i
     from server.client import ClientError, KafkaClient
 
     host, port = _bootstrap_address(args)
+    security = _client_security(args)
     last_error = "no answer"
     with trio.move_on_after(args.timeout_s):
         while True:
             try:
-                async with await KafkaClient.connect(host, port) as bootstrap:
+                async with await KafkaClient.connect(host, port, security=security,
+                                                     timeout_s=args.timeout_s) as bootstrap:
                     metadata = await bootstrap.call(3, {"topics": [], "allow_auto_topic_creation": False})
                 nodes = {b.node_id: (b.host, b.port) for b in metadata.brokers}
                 target = nodes.get(metadata.controller_id)
                 if target is not None:
-                    async with await KafkaClient.connect(*target) as controller:
+                    async with await KafkaClient.connect(*target, security=security,
+                                                         timeout_s=args.timeout_s) as controller:
                         response = await controller.call(api_key, body, min_version=min_version)
                     if response.error_code != NOT_CONTROLLER:
                         return response
@@ -896,6 +921,8 @@ def _add_bootstrap(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bootstrap-server", help="host:port of a node to talk to")
     group.add_argument("--bootstrap-controller", help="host:port of a controller to talk to")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="give up after this many seconds")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="Kafka client properties (security.protocol, ssl.*, sasl.*) for the connection")
 
 
 def _add_config(parser: argparse.ArgumentParser, required: bool) -> None:
@@ -935,6 +962,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--metadata-version", "--release-version", "-r", help="e.g. 3.7-IV4 (default: latest production)")
     fmt.add_argument("--feature", "-f", action="append", metavar="NAME=LEVEL")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true")
+    fmt.add_argument("--add-scram", "-S", action="append", metavar="'SCRAM-SHA-256=[name=N,password=P]'",
+                     help="a SCRAM credential for the new cluster (repeatable; iterations=, salt=, "
+                          "saltedpassword= as in Kafka)")
     fmt.set_defaults(func=cmd_storage_format)
     uuid_parser = storage_sub.add_parser("random-uuid", help="print a new cluster id")
     uuid_parser.set_defaults(func=cmd_storage_random_uuid)

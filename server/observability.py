@@ -41,6 +41,7 @@ class Event(StrEnum):
     SCRAM_CREDENTIALS_ALTERED = "security.scram_credentials_altered"
     CONNECTION_REFUSED = "net.connection_refused"
     LISTENER_STARTED = "net.listener_started"
+    PEER_AUTHENTICATION_FAILED = "security.peer_authentication_failed"
     REQUEST_RECEIVE_TIMEOUT = "net.request_receive_timeout"
     REQUEST_MEMORY_EXHAUSTED = "net.request_memory_exhausted"
     REQUEST_TIMED_OUT = "net.request_timed_out"

@@ -50,7 +50,8 @@ class ServingNode:
         self._api_versions_cache: dict[tuple[int, int], bytes] = {}
         # The ACL authorizer (server/security/authorizer.py) when `authorizer.class.name`
         # is set; None authorizes everything, as Kafka does without an authorizer.
-        self.authorizer = None
+        from server.security.authorizer import build_authorizer
+        self.authorizer = build_authorizer(self.config, lambda: self.state)
 
     # -- features -------------------------------------------------------------
     def supported_features(self) -> dict[str, tuple[int, int]]:

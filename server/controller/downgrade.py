@@ -50,6 +50,8 @@ METADATA_ADDITIONS: tuple[MetadataAddition, ...] = (
     MetadataAddition(ft.IBP_3_3_IV3, "RegisterBrokerRecord", "InControlledShutdown", "in_controlled_shutdown"),
     MetadataAddition(ft.IBP_3_4_IV0, "RegisterBrokerRecord", "IsMigratingZkBroker", "is_migrating_zk_broker"),
     MetadataAddition(ft.IBP_3_4_IV0, "ZkMigrationStateRecord", None),
+    # 3.5-IV2 (level 11): SCRAM credentials in the metadata log (KIP-554 in KRaft).
+    MetadataAddition(11, "UserScramCredentialRecord", None),
     MetadataAddition(ft.IBP_3_6_IV1, "BeginTransactionRecord", None),
     MetadataAddition(ft.IBP_3_7_IV0, "RegisterControllerRecord", None),
     MetadataAddition(ft.IBP_3_7_IV2, "RegisterBrokerRecord", "LogDirs", "log_dirs"),

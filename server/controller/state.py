@@ -181,6 +181,10 @@ class _Image:
     scram: dict[tuple[str, int], ScramCredential] = field(default_factory=dict)
     # ACL id -> entry (AccessControlEntryRecord; issue 8). The authorizer indexes them itself.
     acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
+    # The offset of the last ACL record replayed (-1: none). In one committed history the
+    # ACL set at a given stamp is always the same, so the authorizer rebuilds its index
+    # only when this moves (an aborted transaction moves it back with the ACLs).
+    acls_changed_offset: int = -1
 
     def copy(self) -> "_Image":
         return _Image(
@@ -192,6 +196,7 @@ class _Image:
             self.zk_migration_state,
             dict(self.scram),
             dict(self.acls),
+            self.acls_changed_offset,
         )
 
 
@@ -313,6 +318,11 @@ class ControllerState:
     def acls(self) -> Mapping[uuid.UUID, AclEntry]:
         """Every ACL by id."""
         return MappingProxyType(self._image.acls)
+
+    @property
+    def acls_changed_offset(self) -> int:
+        """The offset of the last ACL record applied (-1: none): a cheap change stamp."""
+        return self._image.acls_changed_offset
 
     @property
     def in_transaction(self) -> bool:
@@ -612,12 +622,14 @@ class ControllerState:
             acl_id, _get(data, "resource_type"), _get(data, "resource_name"), _get(data, "pattern_type"),
             _get(data, "principal"), _get(data, "host"), _get(data, "operation"), _get(data, "permission_type"),
         )
+        self._image.acls_changed_offset = offset
 
     def _replay_remove_access_control_entry(self, data: Any, offset: int) -> None:
         acl_id = _get(data, "id")
         if acl_id not in self._image.acls:
             raise ReplayError(f"RemoveAccessControlEntryRecord at {offset}: no ACL {acl_id}")
         del self._image.acls[acl_id]
+        self._image.acls_changed_offset = offset
 
     def _replay_end_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is None:

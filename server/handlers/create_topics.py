@@ -16,6 +16,7 @@ from protocol.errors import ErrorCode
 from server.controller import topics
 from server.controller.loop import NotControllerError, WritesBlockedError
 from server.observability import get_logger
+from server.security import item_checks
 
 log = get_logger("controller")
 
@@ -43,10 +44,12 @@ async def handle(ctx, request):
     node = ctx.node
     version = ctx.api_version
     defaults = topic_defaults(node.config.extra)
+    # Issue 8: topics the principal may not create are answered here, the rest go on.
+    authorized, refused = item_checks.create_topics(ctx, request)
     try:
         result = await node.submit(
             lambda state, tracker, next_offset, now_ms: topics.create_topics(
-                state, request, version, uuid.uuid4, defaults),
+                state, authorized, version, uuid.uuid4, defaults),
             gated=not request.validate_only,
         )
     except WritesBlockedError as exc:
@@ -59,4 +62,6 @@ async def handle(ctx, request):
     log.info("controller.topics_created", client_id=ctx.client_id,
              created=[t["name"] for t in result.response["topics"] if not t["error_code"]],
              failed=failed, validate_only=bool(request.validate_only))
+    if refused:
+        return {**result.response, "topics": refused + result.response["topics"]}
     return result.response

@@ -12,6 +12,7 @@ from protocol.errors import ErrorCode
 from server.controller import topics
 from server.controller.loop import NotControllerError, WritesBlockedError
 from server.observability import get_logger
+from server.security import item_checks
 
 log = get_logger("controller")
 _NO_ID = uuid.UUID(int=0)
@@ -30,9 +31,11 @@ def error_response(request, version: int, code: int, message: str) -> dict:
 async def handle(ctx, request):
     node = ctx.node
     version = ctx.api_version
+    # Issue 8: topics the principal may not delete are answered here, the rest go on.
+    authorized, refused = item_checks.delete_topics(ctx, request, version)
     try:
         result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, request, version),
+            lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, authorized, version),
             gated=True,
         )
     except WritesBlockedError as exc:
@@ -45,4 +48,6 @@ async def handle(ctx, request):
              deleted=[r["name"] for r in result.response["responses"] if not r["error_code"]],
              failed={str(r["name"] or r["topic_id"]): r["error_code"]
                      for r in result.response["responses"] if r["error_code"]})
+    if refused:
+        return {**result.response, "responses": refused + result.response["responses"]}
     return result.response

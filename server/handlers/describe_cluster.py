@@ -11,7 +11,7 @@ as Kafka's brokers do (KIP-919).
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
-from server.authorization import cluster_authorized_operations
+from server.security.item_checks import cluster_operations
 
 ENDPOINT_TYPE_BROKER = 1
 ENDPOINT_TYPE_CONTROLLER = 2
@@ -49,6 +49,6 @@ def handle(ctx, request):
         "cluster_id": node.cluster_id,
         "controller_id": node.active_controller_id(),
         "brokers": nodes,
-        "cluster_authorized_operations": cluster_authorized_operations(
-            bool(request.include_cluster_authorized_operations)),
+        "cluster_authorized_operations": cluster_operations(
+            ctx, bool(request.include_cluster_authorized_operations)),
     }

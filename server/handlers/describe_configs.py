@@ -8,7 +8,13 @@ fetched yet, as in Kafka).
 from __future__ import annotations
 
 from server.controller import topics
+from server.security import item_checks
 
 
 def handle(ctx, request):
-    return topics.describe_configs(ctx.node.state, request, ctx.api_version)
+    # Issue 8: resources the principal may not describe are answered with an error.
+    authorized, refused = item_checks.config_resources(ctx, request, alter=False)
+    response = topics.describe_configs(ctx.node.state, authorized, ctx.api_version)
+    if refused:
+        response["results"] = refused + response["results"]
+    return response

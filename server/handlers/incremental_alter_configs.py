@@ -11,6 +11,7 @@ from protocol.errors import ErrorCode
 from server.controller import topics
 from server.controller.loop import NotControllerError, WritesBlockedError
 from server.observability import get_logger
+from server.security import item_checks
 
 log = get_logger("controller")
 
@@ -24,9 +25,12 @@ def error_response(request, code: int, message: str) -> dict:
 async def handle(ctx, request):
     node = ctx.node
     version = ctx.api_version
+    # Issue 8: resources the principal may not alter are answered here, the rest go on.
+    authorized, refused = item_checks.config_resources(ctx, request, alter=True)
     try:
         result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(state, request, version),
+            lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(
+                state, authorized, version),
             gated=not request.validate_only,
         )
     except WritesBlockedError as exc:
@@ -38,4 +42,6 @@ async def handle(ctx, request):
     log.info("controller.configs_altered", client_id=ctx.client_id, records=len(result.records),
              failed={f"{r['resource_type']}:{r['resource_name']}": r["error_code"]
                      for r in result.response["responses"] if r["error_code"]})
+    if refused:
+        return {**result.response, "responses": refused + result.response["responses"]}
     return result.response

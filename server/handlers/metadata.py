@@ -17,8 +17,9 @@ from __future__ import annotations
 import uuid
 
 from protocol.errors import ErrorCode
-from server.authorization import AUTHORIZED_OPERATIONS_OMITTED, cluster_authorized_operations
+from server.authorization import AUTHORIZED_OPERATIONS_OMITTED
 from server.controller.topics import TopicErrorCode
+from server.security.item_checks import cluster_operations, describable_topics, may_describe_topic, topic_operations
 
 _NO_ID = uuid.UUID(int=0)
 
@@ -69,7 +70,8 @@ def handle(ctx, request):
     live = {b for b, registration in state.brokers.items() if not registration.fenced} if state is not None else set()
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_topic_entry(known[name], live) for name in sorted(known)]
+        # Issue 8: topics the principal may not describe are left out.
+        topics = [_topic_entry(known[name], live) for name in describable_topics(ctx, sorted(known))]
     else:
         topics = []
         for wanted in requested:
@@ -77,16 +79,23 @@ def handle(ctx, request):
             if name is None:
                 # v10+: by topic id.
                 topic = state.topic_by_id(wanted.topic_id) if state is not None else None
-                if topic is None:
+                if topic is None or not may_describe_topic(ctx, topic.name, log_refusal=True):
                     topics.append(missing_topic(None if ctx.api_version >= 12 else "", wanted.topic_id,
                                            TopicErrorCode.UNKNOWN_TOPIC_ID))
                     continue
             else:
+                if not may_describe_topic(ctx, name, log_refusal=True):
+                    topics.append(missing_topic(name, _NO_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 topic = known.get(name)
                 if topic is None:
                     topics.append(missing_topic(name, _NO_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                     continue
             topics.append(_topic_entry(topic, live))
+    if ctx.api_version >= 8 and request.include_topic_authorized_operations:
+        for entry in topics:
+            if entry["error_code"] == ErrorCode.NONE:
+                entry["topic_authorized_operations"] = topic_operations(ctx, entry["name"])
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
@@ -94,6 +103,6 @@ def handle(ctx, request):
         "controller_id": node.active_controller_id(),
         "topics": topics,
         # The field exists in v8-10 only; the request flag is false in other versions.
-        "cluster_authorized_operations": cluster_authorized_operations(
-            bool(request.include_cluster_authorized_operations)),
+        "cluster_authorized_operations": cluster_operations(
+            ctx, bool(request.include_cluster_authorized_operations)),
     }

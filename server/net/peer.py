@@ -26,10 +26,10 @@ import trio
 from protocol.errors import DecodeError, ErrorCode
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
-from server.net.connect import open_client_stream
+from server.net.connect import ConnectError, open_client_stream
 from server.net.framing import FrameDecoder, FrameError
 from server.security.client_config import ClientSecurity
-from server.observability import get_logger
+from server.observability import Event, get_logger
 
 log = get_logger("net.peer")
 
@@ -105,6 +105,7 @@ class PeerConnection:
         self.finalized_features: dict[str, int] = {}
         self.connects = 0  # successful connects, for tests and metrics
         self.negotiations = 0  # ApiVersions exchanges (connects and renegotiations)
+        self._last_security_error: str | None = None
 
     @property
     def connected(self) -> bool:
@@ -130,8 +131,16 @@ class PeerConnection:
             except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
                 delay_ms = self._backoff.delay_ms(attempt, self._rng)
                 attempt += 1
-                log.debug("net.peer_connect_failed", peer=self.address.node_id, error=str(exc),
-                          retry_in_ms=round(delay_ms))
+                if isinstance(exc, ConnectError):
+                    # TLS or SASL refused us: not a peer that is merely down, but a
+                    # configuration the operator must fix. Said loudly, once per new reason.
+                    if str(exc) != self._last_security_error:
+                        self._last_security_error = str(exc)
+                        log.warning(Event.PEER_AUTHENTICATION_FAILED, peer=self.address.node_id, error=str(exc),
+                                    retry_in_ms=round(delay_ms))
+                else:
+                    log.debug("net.peer_connect_failed", peer=self.address.node_id, error=str(exc),
+                              retry_in_ms=round(delay_ms))
                 await trio.sleep(delay_ms / 1000)
                 continue
             try:
@@ -141,6 +150,7 @@ class PeerConnection:
                     with trio.fail_after(self._connect_timeout_s):
                         await self._negotiate()
                     attempt = 0
+                    self._last_security_error = None
                     self.connects += 1
                     self._connected.set()
                     log.debug("net.peer_connected", peer=self.address.node_id)

@@ -1,0 +1,50 @@
+"""AlterUserScramCredentials (key 51, v0, KIP-554): upsert and delete SCRAM credentials.
+
+Validation and records come from the pure command (server/controller/scram_commands.py);
+the reply leaves only after the quorum committed the records. A standby answers
+NOT_CONTROLLER for every user so clients go to the leader; brokers forward the request
+(handlers/forwarded.py). Logged with user names and mechanisms only.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from server.controller import scram_commands
+from server.controller.loop import NotControllerError, WritesBlockedError
+from server.observability import Event, get_logger
+
+log = get_logger("controller")
+
+
+def _users(request) -> list[str]:
+    names: list[str] = []
+    for kind in (request.deletions or (), request.upsertions or ()):
+        for entry in kind:
+            if entry.name not in names:
+                names.append(entry.name)
+    return names
+
+
+def error_response(request, code: int, message: str) -> dict:
+    return {"throttle_time_ms": 0, "results": [
+        {"user": name, "error_code": int(code), "error_message": message} for name in _users(request)]}
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    try:
+        result = await node.submit(
+            lambda state, tracker, next_offset, now_ms: scram_commands.alter_user_scram_credentials(state, request),
+            gated=True,
+        )
+    except WritesBlockedError as exc:
+        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
+        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    except NotControllerError as exc:
+        return error_response(request, ErrorCode.NOT_CONTROLLER,
+                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    response = result.response
+    log.info(Event.SCRAM_CREDENTIALS_ALTERED, client_id=ctx.client_id, principal=str(ctx.principal),
+             altered=scram_commands.altered_summary(request, response),
+             failed={r["user"]: ErrorCode(r["error_code"]).name for r in response["results"] if r["error_code"]})
+    return response

@@ -1,0 +1,45 @@
+"""CreateAcls (key 30, v1-3): new ACLs as AccessControlEntryRecords.
+
+The pure command (server/controller/acl_commands.py) validates each creation; the reply
+leaves once the quorum committed the records. Without an authorizer the request is
+answered with SECURITY_DISABLED, as Kafka does. A standby answers NOT_CONTROLLER for
+every creation, so admin clients go to the leader; brokers forward the request
+(handlers/forwarded.py). ALTER on CLUSTER is checked before (server/security/api_rules.py).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from server.controller import acl_commands
+from server.controller.loop import NotControllerError, WritesBlockedError
+from server.observability import Event, get_logger
+
+log = get_logger("security")
+
+SECURITY_DISABLED_MESSAGE = "No Authorizer is configured."
+
+
+def error_response(request, code: int, message: str) -> dict:
+    return {"throttle_time_ms": 0, "results": [
+        {"error_code": int(code), "error_message": message} for _ in request.creations]}
+
+
+async def handle(ctx, request):
+    node = ctx.node
+    if node.authorizer is None:
+        return error_response(request, ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
+    try:
+        result = await node.submit(
+            lambda state, tracker, next_offset, now_ms: acl_commands.create_acls(state, request, next_offset),
+            gated=True,
+        )
+    except WritesBlockedError as exc:
+        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
+    except NotControllerError as exc:
+        return error_response(request, ErrorCode.NOT_CONTROLLER,
+                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    results = result.response["results"]
+    log.info(Event.ACLS_CREATED, principal=str(ctx.principal), client_id=ctx.client_id,
+             created=len(result.records), requested=len(results),
+             failed=[r["error_message"] for r in results if r["error_code"]])
+    return result.response
