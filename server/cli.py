@@ -109,7 +109,10 @@ def _open_node(node_class, config):
     from server.observability import configure_logging
 
     configure_logging(config.log_level)
-    node = node_class(config)
+    try:
+        node = node_class(config)
+    except ValueError as exc:  # a configuration the node cannot serve (e.g. an unknown SASL mechanism)
+        raise CommandError(f"bad configuration: {exc}") from None
     try:
         node.open()
     except StartupError as exc:

@@ -308,15 +308,20 @@ class ControllerNode(ServingNode):
         leader = self.raft_driver.leader_id if self.raft_driver is not None else None
         return leader if leader is not None else -1
 
-    def client_endpoints(self) -> list[Endpoint]:
+    def client_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
         """The nodes a client bootstrapped here is told about (Metadata): the controllers."""
-        return self.controller_endpoints()
+        return self.controller_endpoints(listener_name)
 
-    def controller_endpoints(self) -> list[Endpoint]:
-        """Every controller of the quorum, so clients can follow the active one."""
+    def controller_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
+        """Every controller of the quorum, so clients can follow the active one. This node
+        is given on the listener the client came in on; the others at their voter address
+        (the only one of theirs this node knows)."""
         endpoints = []
         for voter in self.voters:
-            if voter.node_id == self.config.node_id:
+            own = self.own_listener_endpoint(listener_name) if voter.node_id == self.config.node_id else None
+            if own is not None:
+                endpoints.append(Endpoint(voter.node_id, own[0], own[1]))
+            elif voter.node_id == self.config.node_id:
                 advertised = self.config.advertised_listener
                 if advertised is not None:
                     endpoints.append(Endpoint(voter.node_id, advertised.host, advertised.port or self.port))

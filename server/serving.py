@@ -52,6 +52,13 @@ class ServingNode:
         # is set; None authorizes everything, as Kafka does without an authorizer.
         from server.security.authorizer import build_authorizer
         self.authorizer = build_authorizer(self.config, lambda: self.state)
+        # SASL settings of every SASL listener, parsed now: a mechanism kraftwerk does not
+        # implement is a start-up error, not a surprise at the first client.
+        from server.security.sasl import SaslServerContext
+        self.sasl_server_context = SaslServerContext(self.config)
+        for listener in self.config.listeners:
+            if listener.security_protocol.startswith("SASL_"):
+                self.sasl_server_context.listener_config(listener.name)
 
     # -- features -------------------------------------------------------------
     def supported_features(self) -> dict[str, tuple[int, int]]:
@@ -112,10 +119,29 @@ class ServingNode:
                                   "lossy_downgrade" if compact else "before_metadata_version_change", compact)
 
     # -- brokers ------------------------------------------------------------------
-    def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
+    def registered_broker_endpoints(self, include_fenced: bool, listener_name: str | None = None) -> list[Endpoint]:
+        """Each registered broker's endpoint on `listener_name` (Kafka answers with the
+        listener the request came in on, so a SASL_SSL client is sent to SASL_SSL ports);
+        a broker without that listener is given by its first one."""
         endpoints = []
         for registration in commands.registered_brokers(self.state, include_fenced=include_fenced):
             if registration.endpoints:
-                first = registration.endpoints[0]
-                endpoints.append(Endpoint(registration.broker_id, first.host, first.port, registration.rack))
+                chosen = next((e for e in registration.endpoints if e.name == listener_name),
+                              registration.endpoints[0])
+                endpoints.append(Endpoint(registration.broker_id, chosen.host, chosen.port, registration.rack))
         return endpoints
+
+    def own_listener_endpoint(self, listener_name: str | None) -> tuple[str, int] | None:
+        """(host, port) this node tells clients for its listener `listener_name`: the
+        advertised listener of that name, else the bound one; None if it has none."""
+        config = self.config
+        if listener_name is None:
+            return None
+        bound = getattr(self, "bound_ports", {}) or {}
+        for advertised in config.advertised_listeners:
+            if advertised.name == listener_name:
+                return advertised.host, advertised.port or bound.get(listener_name, 0)
+        for listener in config.listeners:
+            if listener.name == listener_name and listener_name in bound:
+                return listener.host, bound[listener_name]
+        return None

@@ -204,15 +204,24 @@ class BrokerLifecycle:
     def _registration_body(self) -> dict:
         node = self.node
         config = node.config
-        listener = config.advertised_listener or config.listener
         from server.config import SECURITY_PROTOCOL_IDS
+
+        # Every client listener, advertised addresses first (Kafka's BrokerRegistration
+        # lists them all; Metadata answers each client on the listener it came in on).
+        bound = getattr(node, "bound_ports", {}) or {}
+        advertised = {item.name: item for item in config.advertised_listeners}
+        listeners = []
+        for item in config.listeners:
+            shown = advertised.get(item.name, item)
+            listeners.append({"name": item.name, "host": shown.host,
+                              "port": shown.port or bound.get(item.name) or node.port,
+                              "security_protocol": SECURITY_PROTOCOL_IDS.get(item.security_protocol, 0)})
 
         return {
             "broker_id": config.node_id,
             "cluster_id": node.cluster_id,
             "incarnation_id": self.incarnation_id,
-            "listeners": [{"name": listener.name, "host": listener.host, "port": listener.port or node.port,
-                           "security_protocol": SECURITY_PROTOCOL_IDS.get(listener.security_protocol, 0)}],
+            "listeners": listeners,
             "features": [{"name": name, "min_supported_version": r.min_level, "max_supported_version": r.max_level}
                          for name, r in sorted(node.supported_node_features.items())],
             "rack": config.broker_rack,

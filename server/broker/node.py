@@ -368,14 +368,18 @@ class BrokerNode(ServingNode):
         metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
 
     # -- views for handlers -------------------------------------------------------------
-    def own_endpoint(self) -> Endpoint:
+    def own_endpoint(self, listener_name: str | None = None) -> Endpoint:
+        found = self.own_listener_endpoint(listener_name)
+        if found is not None:
+            return Endpoint(self.config.node_id, found[0], found[1], self.config.broker_rack)
         listener = self.config.advertised_listener or self.config.listener
         return Endpoint(self.config.node_id, listener.host, listener.port or self.port, self.config.broker_rack)
 
-    def client_endpoints(self) -> list[Endpoint]:
-        """This broker and every registered, unfenced broker."""
-        endpoints = {e.node_id: e for e in self.registered_broker_endpoints(include_fenced=False)}
-        endpoints[self.config.node_id] = self.own_endpoint()
+    def client_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
+        """This broker and every registered, unfenced broker, on the listener the client
+        came in on."""
+        endpoints = {e.node_id: e for e in self.registered_broker_endpoints(False, listener_name)}
+        endpoints[self.config.node_id] = self.own_endpoint(listener_name)
         return [endpoints[node_id] for node_id in sorted(endpoints)]
 
     def active_controller_id(self) -> int:

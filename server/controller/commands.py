@@ -40,6 +40,7 @@ from server.controller.state import (
     FENCING_CHANGE_FENCE,
     FENCING_CHANGE_UNFENCE,
     SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN,
+    SCRAM_IN_METADATA_LEVEL,
     BrokerHeartbeatTracker,
     BrokerRegistration,
     ControllerState,
@@ -303,7 +304,8 @@ def update_features(
 
 def _image_losses(state: ControllerState, from_level: int, to_level: int) -> list[str]:
     """What the projection in `ControllerState._project_image` drops besides registrations:
-    partition log directories below 3.7-IV2, the ZK migration state below 3.4-IV0."""
+    partition log directories below 3.7-IV2, the ZK migration state below 3.4-IV0, SCRAM
+    credentials below 3.5-IV2."""
     lines = []
     if ft.directory_assignment_supported(from_level) and not ft.directory_assignment_supported(to_level):
         count = sum(1 for topic in state.topics().values() for p in topic.partitions.values() if p.directories)
@@ -313,6 +315,10 @@ def _image_losses(state: ControllerState, from_level: int, to_level: int) -> lis
     if from_level >= ft.IBP_3_4_IV0 > to_level and state.zk_migration_state != 0:
         lines.append(f"ZkMigrationStateRecord = {state.zk_migration_state} "
                      f"(since {ft.metadata_version_from_level(ft.IBP_3_4_IV0)})")
+    if from_level >= SCRAM_IN_METADATA_LEVEL > to_level and state.scram_credentials():
+        users = sorted({user for user, _ in state.scram_credentials()})
+        lines.append(f"{len(users)} SCRAM user(s): UserScramCredentialRecord "
+                     f"(since {ft.metadata_version_from_level(SCRAM_IN_METADATA_LEVEL)}): {', '.join(users)}")
     return lines
 
 

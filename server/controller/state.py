@@ -48,6 +48,10 @@ from server.controller.features import (
 )
 
 
+# metadata.version 3.5-IV2: the first level whose log can hold SCRAM credentials.
+SCRAM_IN_METADATA_LEVEL = 11
+
+
 class ReplayError(Exception):
     """A record could not be applied to the image; the image is unchanged."""
 
@@ -422,6 +426,10 @@ class ControllerState:
         if from_level >= IBP_3_4_IV0 > to_level:
             # ZkMigrationStateRecord came with 3.4-IV0: below it there is no migration state.
             self._image.zk_migration_state = 0
+        if from_level >= SCRAM_IN_METADATA_LEVEL > to_level and self._image.scram:
+            # UserScramCredentialRecord came with 3.5-IV2: below it the log keeps no SCRAM user
+            # (server/controller/downgrade.py lists it, so the dry run says so first).
+            self._image.scram = {}
         if directory_assignment_supported(from_level) and not directory_assignment_supported(to_level):
             # PartitionRecord.Directories came with 3.7-IV2, like RegisterBrokerRecord.LogDirs.
             for entry in self._image.topics.values():

@@ -31,13 +31,14 @@ def handle(ctx, request):
             "cluster_id": node.cluster_id,
             "controller_id": -1,
         }
+    listener = ctx.connection.listener_name
     nodes = [
         {"broker_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-        for n in node.client_endpoints()
+        for n in node.client_endpoints(listener)
     ]
     if endpoint_type == ENDPOINT_TYPE_BROKER:
         seen = {n["broker_id"] for n in nodes}
-        for broker in node.registered_broker_endpoints(include_fenced=False):
+        for broker in node.registered_broker_endpoints(False, listener):
             if broker.node_id not in seen:
                 nodes.append({"broker_id": broker.node_id, "host": broker.host, "port": broker.port,
                               "rack": broker.rack})

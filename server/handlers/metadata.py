@@ -64,7 +64,7 @@ def handle(ctx, request):
     state = node.state
     brokers = [
         {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-        for n in node.client_endpoints()
+        for n in node.client_endpoints(ctx.connection.listener_name)
     ]
     known = state.topics() if state is not None else {}
     live = {b for b, registration in state.brokers.items() if not registration.fenced} if state is not None else set()

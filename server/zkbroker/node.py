@@ -202,7 +202,7 @@ class ZkBrokerNode:
             return Endpoint(self.broker_id, advertised.host, advertised.port or self.port, self.config.broker_rack)
         return Endpoint(self.broker_id, self.config.listener.host, self.port, self.config.broker_rack)
 
-    def client_endpoints(self) -> list[Endpoint]:
+    def client_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
         """This broker, then the other live brokers of the latest UpdateMetadata, each
         with its endpoint on this broker's listener."""
         endpoints = [self.own_endpoint()]
@@ -215,7 +215,7 @@ class ZkBrokerNode:
                 endpoints.append(Endpoint(broker_id, endpoint.host, endpoint.port, broker.rack))
         return endpoints
 
-    def registered_broker_endpoints(self, include_fenced: bool) -> list[Endpoint]:
+    def registered_broker_endpoints(self, include_fenced: bool, listener_name: str | None = None) -> list[Endpoint]:
         return self.client_endpoints()
 
     def active_controller_id(self) -> int:

@@ -341,3 +341,25 @@ def test_a_copy_is_equal_and_independent_even_inside_a_transaction():
     clone.replay(record(mr.ABORT_TRANSACTION_RECORD, {"reason": "test"}, 0), offset)
     assert clone.topic("inside") is None and not clone.in_transaction
     assert state.topic("inside") is not None and state.in_transaction
+
+
+def test_lossy_downgrade_below_3_5_iv2_drops_scram_credentials_and_says_so():
+    cluster = Cluster.bootstrapped(mv_level=11)  # 3.5-IV2: SCRAM credentials in the log
+    cluster.append([record(mr.USER_SCRAM_CREDENTIAL_RECORD, {
+        "name": "alice", "mechanism": 1, "salt": b"salt", "stored_key": b"k" * 32, "server_key": b"s" * 32,
+        "iterations": 4096})])
+    assert cluster.state.scram_credential("alice", 1) is not None
+    dry = cluster.update([(ft.METADATA_VERSION, 10, cmd.UNSAFE_DOWNGRADE)], validate_only=True)
+    assert "1 SCRAM user(s): UserScramCredentialRecord (since 3.5-IV2): alice" in dry.response["error_message"]
+    assert cluster.state.scram_credential("alice", 1) is not None  # a dry run changes nothing
+    result = cluster.update([(ft.METADATA_VERSION, 10, cmd.UNSAFE_DOWNGRADE)])
+    assert result.response["error_code"] == 0, result.response
+    assert cluster.state.scram_credentials() == {}
+    assert cluster.state == cluster.replayed_from_scratch()
+    # A lossless step between levels that both hold SCRAM keeps them.
+    other = Cluster.bootstrapped(mv_level=12)
+    other.append([record(mr.USER_SCRAM_CREDENTIAL_RECORD, {
+        "name": "bob", "mechanism": 2, "salt": b"salt", "stored_key": b"k" * 64, "server_key": b"s" * 64,
+        "iterations": 4096})])
+    other.update([(ft.METADATA_VERSION, 11, cmd.UNSAFE_DOWNGRADE)])
+    assert other.state.scram_credential("bob", 2) is not None

@@ -72,7 +72,8 @@ class SecureCluster:
         ca.cert_pem.write_to_path(str(self.ca_path))
         self.server_pem = base / "server.pem"
         cert.private_key_and_cert_chain_pem.write_to_path(str(self.server_pem))
-        port = free_port_run(3)
+        port = free_port_run(4)
+        self.broker_internal_port = port + 3
         self.controller = ControllerSpec(1, port, base)
         self.broker = broker_spec(101, port + 1, base)
         self.bad_broker = broker_spec(102, port + 2, base)
@@ -86,7 +87,7 @@ class SecureCluster:
             "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512",
             "sasl.mechanism.controller.protocol=SCRAM-SHA-256",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:SASL_SSL,CLIENTS:SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:SASL_SSL,CLIENTS:SASL_SSL,INTERNAL:PLAINTEXT",
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users=User:admin;User:broker",
             "broker.heartbeat.interval.ms=200",
@@ -104,9 +105,11 @@ class SecureCluster:
             f"listener.name.controller.scram-sha-256.sasl.jaas.config={_jaas('admin', PASSWORDS['admin'])}",
         ])
         for spec, password in ((self.broker, PASSWORDS["broker"]), (self.bad_broker, WRONG_PASSWORD)):
+            # Broker 101 also has a plaintext listener (for the endpoint test).
+            internal = f",INTERNAL://127.0.0.1:{self.broker_internal_port}" if spec is self.broker else ""
             self.write(spec, [
                 f"node.id={spec.node_id}", "process.roles=broker",
-                f"listeners=CLIENTS://127.0.0.1:{spec.port}", f"metadata.log.dir={spec.metadata_dir}",
+                f"listeners=CLIENTS://127.0.0.1:{spec.port}{internal}", f"metadata.log.dir={spec.metadata_dir}",
                 f"controller.quorum.voters={voters}",
                 f"listener.name.controller.scram-sha-256.sasl.jaas.config={_jaas('broker', password)}",
             ])
@@ -299,6 +302,24 @@ def test_a_broker_with_a_wrong_password_cannot_register(cluster):
         process.kill()
         process.wait(10)
         handle.close()
+
+
+def test_metadata_names_brokers_on_the_listener_the_client_came_in_on(cluster):
+    import trio
+
+    from server.client import KafkaClient
+
+    _until("the broker to register", lambda: 101 in _registered_brokers(cluster))
+    admin = cluster.confluent("admin", PASSWORDS["admin"], cluster.processes[101].address)
+    metadata = admin.list_topics(timeout=TIMEOUT_S)
+    assert (metadata.brokers[101].host, metadata.brokers[101].port) == ("127.0.0.1", cluster.broker.port)
+
+    async def plaintext_metadata():
+        async with await KafkaClient.connect("127.0.0.1", cluster.broker_internal_port) as client:
+            return await client.call(3, {"topics": [], "allow_auto_topic_creation": False})
+
+    answer = trio.run(plaintext_metadata)
+    assert [(b.node_id, b.port) for b in answer.brokers] == [(101, cluster.broker_internal_port)]
 
 
 def test_no_password_in_any_log(cluster):
