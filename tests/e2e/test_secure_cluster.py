@@ -220,6 +220,8 @@ def test_kafka_python_alice_needs_alter_on_the_cluster(cluster):
 
 
 def test_confluent_kafka_through_the_broker_is_authorized_as_the_client(cluster):
+    """confluent-kafka has no UpdateFeatures; its cluster-ALTER call is CreateAcls. alice
+    goes through the broker (a super user), which forwards in an Envelope naming her."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import (
         AclBinding,
@@ -234,23 +236,36 @@ def test_confluent_kafka_through_the_broker_is_authorized_as_the_client(cluster)
     _until("the broker to register", lambda: 101 in _registered_brokers(cluster))
     admin = cluster.confluent("admin", PASSWORDS["admin"], broker)
     alice = cluster.confluent("alice", PASSWORDS["alice"], broker)
-    binding = AclBinding(CResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:alice", "*",
-                         AclOperation.DESCRIBE, AclPermissionType.ALLOW)
-    try:
-        # The broker itself is a super user; alice is not, and the broker forwards her
-        # CreateAcls in an Envelope naming her: the controller refuses it.
-        with pytest.raises(KafkaException) as refused:
-            alice.create_acls([binding], request_timeout=TIMEOUT_S)[binding].result(timeout=TIMEOUT_S)
-        assert "AUTHORIZATION" in str(refused.value).upper()
-        admin.create_acls([binding], request_timeout=TIMEOUT_S)[binding].result(timeout=TIMEOUT_S)
-        every = AclBindingFilter(CResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
-                                 AclOperation.ANY, AclPermissionType.ANY)
-        _until("the broker to replay the ACL", lambda: admin.describe_acls(every, request_timeout=TIMEOUT_S)
-               .result(timeout=TIMEOUT_S))
-        deleted = admin.delete_acls([every], request_timeout=TIMEOUT_S)[every].result(timeout=TIMEOUT_S)
-        assert [b.operation for b in deleted] == [AclOperation.DESCRIBE]
-    finally:
-        pass
+    bob_reads = AclBinding(CResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:bob", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW)
+    alice_alters = AclBinding(CResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL, "User:alice", "*",
+                              AclOperation.ALTER, AclPermissionType.ALLOW)
+
+    def alice_creates() -> bool:
+        try:
+            alice.create_acls([bob_reads], request_timeout=TIMEOUT_S)[bob_reads].result(timeout=TIMEOUT_S)
+            return True
+        except KafkaException as exc:
+            assert "AUTHORIZATION" in str(exc).upper(), exc
+            return False
+
+    assert not alice_creates()
+    admin.create_acls([alice_alters], request_timeout=TIMEOUT_S)[alice_alters].result(timeout=TIMEOUT_S)
+    # The broker checks too, from its own image: the grant counts once it has replayed it.
+    _until("alice's CreateAcls to be allowed", alice_creates)
+    bob = AclBindingFilter(CResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:bob", None,
+                           AclOperation.ANY, AclPermissionType.ANY)
+    # DescribeAcls is answered from the broker's own image, once it has replayed the ACL.
+    _until("the broker to list bob's ACL", lambda: [
+        b.principal for b in admin.describe_acls(bob, request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)]
+        == ["User:bob"])
+    alices = AclBindingFilter(CResourceType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
+                              AclOperation.ANY, AclPermissionType.ANY)
+    deleted = admin.delete_acls([alices], request_timeout=TIMEOUT_S)[alices].result(timeout=TIMEOUT_S)
+    assert [(b.operation, b.restype) for b in deleted] == [(AclOperation.ALTER, CResourceType.BROKER)]
+    # Taken back: refused again (the controller decides at once; the broker once replayed).
+    _until("alice's CreateAcls to be refused again", lambda: not alice_creates())
+    admin.delete_acls([bob], request_timeout=TIMEOUT_S)[bob].result(timeout=TIMEOUT_S)
 
 
 def test_admin_creates_a_scram_user_who_can_then_log_in(cluster):
