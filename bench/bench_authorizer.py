@@ -101,12 +101,17 @@ def image_with(bindings: list[AclBinding]) -> ControllerState:
     return state
 
 
+class _Connection:
+    listener_name = "PLAINTEXT"
+
+
 class Ctx:
     def __init__(self, node) -> None:
         self.node = node
         self.principal = PRINCIPAL
         self.client_host = HOST
         self.api_version = 12
+        self.connection = _Connection()
 
 
 class Node:
@@ -117,7 +122,7 @@ class Node:
         self.state = state
         self.authorizer = authorizer
 
-    def client_endpoints(self):
+    def client_endpoints(self, listener_name=None):
         return []
 
     def active_controller_id(self) -> int:
