@@ -45,7 +45,7 @@ from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
-from server.security.client_config import ClientSecurity
+from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.serving import Endpoint, ServingNode
 from server.storage.durable import write_file_atomically
 from server.storage.log import LogConfig, MetadataLog
@@ -196,7 +196,12 @@ class ControllerNode(ServingNode):
                                       client_id=f"kraftwerk-controller-{self.config.node_id}")
         # The Raft driver creates the peer connections; they speak the controller
         # listener's security protocol (issue 8).
-        peer_security = ClientSecurity.for_node(self.config)
+        # A lone controller has no peers and needs no client credentials of its own.
+        if peers:
+            try:
+                peer_security = ClientSecurity.for_node(self.config)
+            except ClientSecurityError as exc:
+                raise StartupError(f"cannot reach the other controllers: {exc}") from None
         for voter in self.voters:
             peer = self.raft_driver.peer(voter.node_id) if voter.node_id != self.config.node_id else None
             if peer is not None:

@@ -58,7 +58,7 @@ from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
-from server.security.client_config import ClientSecurity
+from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.handlers import forwarded
 from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
 from server.serving import Endpoint, ServingNode
@@ -177,7 +177,10 @@ class BrokerNode(ServingNode):
             for node_id, address in peers.items()}
         # Every connection to the controllers speaks the controller listener's security
         # protocol (issue 8); the Raft driver created its own peers, so they are set here.
-        peer_security = ClientSecurity.for_node(config)
+        try:
+            peer_security = ClientSecurity.for_node(config)
+        except ClientSecurityError as exc:
+            raise StartupError(f"cannot reach the controllers: {exc}") from None
         for node_id, peer in self._controller_peers.items():
             peer.security = peer_security
             observer_peer = self.raft_driver.peer(node_id)

@@ -188,3 +188,43 @@ async def test_the_cli_reads_command_config_for_tls_and_sasl(tmp_path):
                  "--timeout-s", "3"], cwd=REPO, capture_stdout=True, capture_stderr=True, check=False)
             assert result.returncode != 0
             nursery.cancel_scope.cancel()
+
+
+async def test_a_lone_controller_on_a_sasl_listener_needs_no_client_credentials(tmp_path):
+    from server.security.sasl_client import authenticate  # noqa: F401  (the server side must be present)
+
+    from .helpers import format_directory
+
+    directory = tmp_path / "lone"
+    format_directory(directory)
+    config = config_from_properties({"listeners": "SASL_PLAINTEXT://127.0.0.1:0", "metadata.log.dir": str(directory),
+                                     "sasl.enabled.mechanisms": "PLAIN",
+                                     "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                                         'required user_admin="admin-pw";'})
+    from server.node import ControllerNode
+
+    node = ControllerNode(config)
+    with trio.fail_after(TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+            security = ClientSecurity(security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                                      sasl_username="admin", sasl_password="admin-pw")
+            async with await KafkaClient.connect("127.0.0.1", node.port, security=security) as client:
+                assert client.api_versions
+            nursery.cancel_scope.cancel()
+
+
+def test_a_quorum_member_without_credentials_for_its_sasl_controller_listener_fails_to_start(tmp_path):
+    from server.node import ControllerNode, StartupError
+
+    from .helpers import format_directory
+
+    directory = tmp_path / "member"
+    format_directory(directory)
+    config = config_from_properties({
+        "node.id": "1", "listeners": "CONTROLLER://127.0.0.1:0", "metadata.log.dir": str(directory),
+        "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT", "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3"})
+    node = ControllerNode(config)
+    with pytest.raises(StartupError, match="cannot reach the other controllers"):
+        node.open()
