@@ -175,12 +175,22 @@ class BrokerNode(ServingNode):
         self._controller_peers = {
             node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}", random.Random(self._rng.random()))
             for node_id, address in peers.items()}
+        # Clients' forwarded requests get connections of their own too: a heartbeat sent
+        # at a version a metadata.version change has just gated closes its connection
+        # (KIP-778 renegotiation race), and a forwarded write in flight on it would be
+        # lost and resent — applied twice.
+        self._forward_peers = {
+            node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}-forward",
+                                    random.Random(self._rng.random()))
+            for node_id, address in peers.items()}
         # Every connection to the controllers speaks the controller listener's security
         # protocol (issue 8); the Raft driver created its own peers, so they are set here.
         try:
             peer_security = ClientSecurity.for_node(config)
         except ClientSecurityError as exc:
             raise StartupError(f"cannot reach the controllers: {exc}") from None
+        for peer in self._forward_peers.values():
+            peer.security = peer_security
         for node_id, peer in self._controller_peers.items():
             peer.security = peer_security
             observer_peer = self.raft_driver.peer(node_id)
@@ -204,7 +214,7 @@ class BrokerNode(ServingNode):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for peer in self._controller_peers.values():
+                for peer in (*self._controller_peers.values(), *self._forward_peers.values()):
                     await nursery.start(peer.run)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.replayer.run)
@@ -289,6 +299,9 @@ class BrokerNode(ServingNode):
         leader = driver.leader_id
         ok = False
         for voter in self.config.quorum_voters:
+            forward_peer = self._forward_peers.get(voter.node_id)
+            if forward_peer is not None:
+                await forward_peer.renegotiate(RENEGOTIATE_TIMEOUT_S)
             peer = self.controller_peer(voter.node_id)
             if peer is not None and await peer.renegotiate(RENEGOTIATE_TIMEOUT_S) and voter.node_id == leader:
                 ok = True
@@ -420,7 +433,7 @@ class BrokerNode(ServingNode):
         with trio.move_on_after(FORWARD_TIMEOUT_S):
             while True:
                 leader = driver.leader_id
-                peer = self.controller_peer(leader)
+                peer = self._forward_peers.get(leader) if leader is not None else None
                 if peer is None or not peer.connected:
                     with trio.move_on_after(0.2):
                         await driver.wait_changed()
