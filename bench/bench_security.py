@@ -42,13 +42,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import socket
 import ssl
 import subprocess
 import sys
 import time
-from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as common  # noqa: E402
+import _loadgen as loadgen  # noqa: E402
 
 # (protocol label, listener name); the map below gives each listener its protocol.
 PROTOCOLS = [("PLAINTEXT", "CONTROLLER"), ("SSL", "SSL"), ("SASL_SSL", "SECURE")]
@@ -70,10 +69,6 @@ SCRAM_USER = "bench"
 SCRAM_PASSWORD = "bench-secret"  # a throw-away credential of a throw-away cluster
 MAX_REQUESTS_PER_CASE = 5_000_000
 SETUP_TIME_LIMIT_S = 60.0
-DRAIN_TIMEOUT_S = 10.0
-RECEIVE_CHUNK_BYTES = 262144
-# Bounds the reads of one readable event (TLS may hold several decrypted records).
-MAX_READS_PER_EVENT = 1024
 
 SASL_HANDSHAKE_KEY, SASL_HANDSHAKE_VERSION = 17, 1
 SASL_AUTHENTICATE_KEY, SASL_AUTHENTICATE_VERSION = 36, 2
@@ -151,156 +146,6 @@ def scram_authenticate(sock: socket.socket, user: str, password: str) -> None:
 # load generator (runs in its own process: `bench_security.py --loadgen ...`)
 # --------------------------------------------------------------------------
 
-class _Conn:
-    __slots__ = ("sock", "sent_at", "buffer", "next_correlation", "expected_correlation")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.sent_at: deque[float] = deque()
-        self.buffer = bytearray()
-        self.next_correlation = 0
-        self.expected_correlation = 0
-
-
-def _loadgen_blocking(dialer: Dialer, warmup_s: float, duration_s: float, max_requests: int):
-    """One connection, one request at a time: a blocking socket, least client overhead."""
-    sock = dialer.open()
-    request = bytearray(common.api_versions_v3_request(0))
-    latencies: list[float] = []
-    clock = time.perf_counter
-    measure_from = clock() + warmup_s
-    end = measure_from + duration_s
-    correlation = 0
-    started = None
-    while True:
-        correlation += 1
-        common.set_correlation(request, correlation)
-        sent = clock()
-        if started is None and sent >= measure_from:
-            started = sent
-            yield "start", sent
-        if sent >= end or len(latencies) >= max_requests:
-            break
-        sock.sendall(request)
-        response = common.recv_frame(sock)
-        done = clock()
-        if common.response_correlation(response) != correlation:
-            raise RuntimeError("correlation id mismatch")
-        if started is not None:
-            latencies.append(done - sent)
-    sock.close()
-    yield "done", (clock(), latencies)
-
-
-def _send_nonblocking(sock: socket.socket, data: bytearray) -> None:
-    """A few KB at most: normally written at once; otherwise finish it blocking."""
-    try:
-        written = sock.send(data)
-    except (BlockingIOError, ssl.SSLWantWriteError):
-        written = 0
-    if written < len(data):
-        sock.setblocking(True)
-        sock.sendall(memoryview(data)[written:])
-        sock.setblocking(False)
-
-
-def _read_available(sock: socket.socket) -> bytes:
-    """What one readable event delivers. A TLS socket may hold a partial record (nothing
-    yet) or, after one read, more decrypted bytes (`pending()`)."""
-    chunks = []
-    for _ in range(MAX_READS_PER_EVENT):
-        try:
-            data = sock.recv(RECEIVE_CHUNK_BYTES)
-        except (BlockingIOError, ssl.SSLWantReadError):
-            break
-        if not data:
-            raise RuntimeError("server closed a connection")
-        chunks.append(data)
-        if not isinstance(sock, ssl.SSLSocket) or not sock.pending():
-            break
-    return b"".join(chunks)
-
-
-def _loadgen_multiplexed(dialer: Dialer, connections: int, depth: int, warmup_s: float, duration_s: float,
-                         max_requests: int):
-    """Many connections and/or many requests in flight: one epoll loop, non-blocking sockets."""
-    selector = selectors.DefaultSelector()
-    template = common.api_versions_v3_request(0)
-    conns = []
-    for _ in range(connections):
-        sock = dialer.open()  # TLS handshake and SCRAM happen here, blocking, before any timing
-        sock.setblocking(False)
-        conn = _Conn(sock)
-        conns.append(conn)
-        selector.register(sock, selectors.EVENT_READ, conn)
-    clock = time.perf_counter
-    latencies: list[float] = []
-
-    def send(conn: _Conn, count: int, now: float) -> None:
-        out = bytearray(template * count)
-        for index in range(count):
-            conn.next_correlation += 1
-            common.set_correlation(memoryview(out)[index * len(template):], conn.next_correlation)
-            conn.sent_at.append(now)
-        _send_nonblocking(conn.sock, out)
-
-    now = clock()
-    measure_from = now + warmup_s
-    end = measure_from + duration_s
-    for conn in conns:
-        send(conn, depth, now)
-    started = None
-    stopping = False
-    finished_at = None
-    drain_deadline = None
-    in_flight = connections * depth
-    while in_flight:
-        events = selector.select(timeout=1.0)
-        now = clock()
-        if started is None and now >= measure_from:
-            started = now
-            yield "start", now
-        if not stopping and (now >= end or len(latencies) >= max_requests):
-            stopping = True
-            finished_at = now
-            drain_deadline = now + DRAIN_TIMEOUT_S
-        if drain_deadline is not None and now > drain_deadline:
-            raise RuntimeError(f"{in_flight} responses still missing {DRAIN_TIMEOUT_S} s after the end")
-        for key, _ in events:
-            conn: _Conn = key.data
-            data = _read_available(conn.sock)
-            if not data:
-                continue
-            buffer = conn.buffer
-            buffer += data
-            position = 0
-            answered = 0
-            while len(buffer) - position >= 4:
-                size = int.from_bytes(buffer[position:position + 4], "big")
-                if len(buffer) - position - 4 < size:
-                    break
-                conn.expected_correlation += 1
-                if common.response_correlation(buffer, position) != conn.expected_correlation:
-                    raise RuntimeError("correlation id mismatch")
-                sent = conn.sent_at.popleft()
-                if started is not None and not stopping:
-                    latencies.append(now - sent)
-                position += 4 + size
-                answered += 1
-            del buffer[:position]
-            in_flight -= answered
-            if answered and not stopping:
-                send(conn, answered, now)
-                in_flight += answered
-    for conn in conns:
-        selector.unregister(conn.sock)
-        conn.sock.close()
-    selector.close()
-    if started is None:
-        raise RuntimeError("the case ended before the warm-up did")
-    yield "done", (finished_at, latencies)
-
-
 def _loadgen_setup(dialer: Dialer, count: int, time_limit_s: float):
     """`count` sequential connections: open (TCP + TLS + SCRAM), one ApiVersions, close."""
     request = common.api_versions_v3_request(1_000)
@@ -323,7 +168,7 @@ def _loadgen_setup(dialer: Dialer, count: int, time_limit_s: float):
         finally:
             sock.close()
         latencies.append(clock() - begun)
-    yield "done", (clock(), latencies)
+    yield "done", (clock(), latencies, 0)
 
 
 def run_loadgen(args) -> int:
@@ -331,33 +176,13 @@ def run_loadgen(args) -> int:
     if args.setups:
         steps = _loadgen_setup(dialer, args.setups, SETUP_TIME_LIMIT_S)
     elif args.connections == 1 and args.depth == 1:
-        steps = _loadgen_blocking(dialer, args.warmup_s, args.duration_s, args.max_requests)
+        steps = loadgen.blocking(dialer.open, args.warmup_s, args.duration_s, args.max_requests)
     else:
-        steps = _loadgen_multiplexed(dialer, args.connections, args.depth, args.warmup_s, args.duration_s,
-                                     args.max_requests)
-    for step, value in steps:
-        if step == "start":
-            started = value
-            server_cpu_start = common.process_cpu_s(args.server_pid)
-            machine_start = common.machine_busy_s()
-            own_cpu_start = time.process_time()
-        else:
-            finished, latencies = value
-            server_cpu = common.process_cpu_s(args.server_pid) - server_cpu_start
-            machine_busy = common.machine_busy_s() - machine_start
-            own_cpu = time.process_time() - own_cpu_start
-    elapsed = finished - started
-    json.dump({
-        "count": len(latencies),
-        "elapsed_s": elapsed,
-        "rate": len(latencies) / elapsed,
-        "p50_us": common.percentile(latencies, 0.50) * 1e6,
-        "p99_us": common.percentile(latencies, 0.99) * 1e6,
-        "server_cpu_s": server_cpu,
-        "loadgen_cpu_s": own_cpu,
-        "other_cpu_s": max(0.0, machine_busy - server_cpu - own_cpu),
-        "tls": f"{dialer.tls_version} {dialer.tls_cipher}" if dialer.tls_version else None,
-    }, sys.stdout)
+        steps = loadgen.multiplexed(dialer.open, args.connections, args.depth, args.warmup_s, args.duration_s,
+                                    args.max_requests)
+    result = loadgen.measure(steps, args.server_pid)
+    result["tls"] = f"{dialer.tls_version} {dialer.tls_cipher}" if dialer.tls_version else None
+    json.dump(result, sys.stdout)
     return 0
 
 
@@ -431,7 +256,7 @@ def run_loadgen_process(port: int, protocol: str, cafile: Path, server_pid: int,
                "--connections", str(connections), "--depth", str(depth), "--setups", str(setups),
                "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
                "--max-requests", str(args.max_requests)]
-    timeout = (SETUP_TIME_LIMIT_S if setups else args.warmup_s + args.duration_s + DRAIN_TIMEOUT_S) + 60
+    timeout = (SETUP_TIME_LIMIT_S if setups else args.warmup_s + args.duration_s + loadgen.DRAIN_TIMEOUT_S) + 60
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=common.REPO)
     if result.returncode != 0:
         raise RuntimeError(f"load generator ({protocol}) failed:\n{result.stderr}")
