@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from server.controller import scram_commands
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
 
 log = get_logger("controller")
@@ -32,17 +32,11 @@ def error_response(request, code: int, message: str) -> dict:
 
 async def handle(ctx, request):
     node = ctx.node
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: scram_commands.alter_user_scram_credentials(state, request),
-            gated=True,
-        )
-    except WritesBlockedError as exc:
-        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
-        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: scram_commands.alter_user_scram_credentials(state, request),
+        lambda code, message: error_response(request, code, message))
+    if refusal is not None:
+        return refusal
     response = result.response
     log.info(Event.SCRAM_CREDENTIALS_ALTERED, client_id=ctx.client_id, principal=str(ctx.principal),
              altered=scram_commands.altered_summary(request, response),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from server.controller import acl_commands
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
 
 log = get_logger("security")
@@ -28,16 +28,11 @@ async def handle(ctx, request):
     node = ctx.node
     if node.authorizer is None:
         return error_response(request, ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: acl_commands.create_acls(state, request, next_offset),
-            gated=True,
-        )
-    except WritesBlockedError as exc:
-        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: acl_commands.create_acls(state, request, next_offset),
+        lambda code, message: error_response(request, code, message))
+    if refusal is not None:
+        return refusal
     results = result.response["results"]
     log.info(Event.ACLS_CREATED, principal=str(ctx.principal), client_id=ctx.client_id,
              created=len(result.records), requested=len(results),

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import uuid
 
-from protocol.errors import ErrorCode
 from server.controller import topics
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import get_logger
 from server.security import item_checks
 
@@ -46,18 +45,12 @@ async def handle(ctx, request):
     defaults = topic_defaults(node.config.extra)
     # Issue 8: topics the principal may not create are answered here, the rest go on.
     authorized, refused = item_checks.create_topics(ctx, request)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: topics.create_topics(
-                state, authorized, version, uuid.uuid4, defaults),
-            gated=not request.validate_only,
-        )
-    except WritesBlockedError as exc:
-        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
-        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: topics.create_topics(
+            state, authorized, version, uuid.uuid4, defaults),
+        lambda code, message: error_response(request, code, message), gated=not request.validate_only)
+    if refusal is not None:
+        return refusal
     failed = {t["name"]: t["error_code"] for t in result.response["topics"] if t["error_code"]}
     log.info("controller.topics_created", client_id=ctx.client_id,
              created=[t["name"] for t in result.response["topics"] if not t["error_code"]],

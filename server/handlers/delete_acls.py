@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from server.controller import acl_commands
-from server.controller.loop import NotControllerError, WritesBlockedError
 from server.handlers.create_acls import SECURITY_DISABLED_MESSAGE
+from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
 
 log = get_logger("security")
@@ -26,16 +26,11 @@ async def handle(ctx, request):
     node = ctx.node
     if node.authorizer is None:
         return error_response(request, ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: acl_commands.delete_acls(state, request, next_offset),
-            gated=True,
-        )
-    except WritesBlockedError as exc:
-        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: acl_commands.delete_acls(state, request, next_offset),
+        lambda code, message: error_response(request, code, message))
+    if refusal is not None:
+        return refusal
     log.info(Event.ACLS_DELETED, principal=str(ctx.principal), client_id=ctx.client_id,
              deleted=len(result.records),
              failed=[r["error_message"] for r in result.response["filter_results"] if r["error_code"]])

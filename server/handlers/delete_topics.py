@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import uuid
 
-from protocol.errors import ErrorCode
 from server.controller import topics
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import get_logger
 from server.security import item_checks
 
@@ -33,17 +32,11 @@ async def handle(ctx, request):
     version = ctx.api_version
     # Issue 8: topics the principal may not delete are answered here, the rest go on.
     authorized, refused = item_checks.delete_topics(ctx, request, version)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, authorized, version),
-            gated=True,
-        )
-    except WritesBlockedError as exc:
-        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
-        return error_response(request, version, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, version, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, authorized, version),
+        lambda code, message: error_response(request, version, code, message))
+    if refusal is not None:
+        return refusal
     log.info("controller.topics_deleted", client_id=ctx.client_id,
              deleted=[r["name"] for r in result.response["responses"] if not r["error_code"]],
              failed={str(r["name"] or r["topic_id"]): r["error_code"]

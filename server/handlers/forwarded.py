@@ -33,16 +33,15 @@ def error_response(api_key: int, version: int, request, code: int, message: str)
     if api_key == 44:
         from server.handlers.incremental_alter_configs import error_response
         return error_response(request, code, message)
-    if api_key == 30:  # CreateAcls: one result per creation
-        return {"throttle_time_ms": 0, "results": [{"error_code": code, "error_message": message}
-                                                   for _ in request.creations]}
-    if api_key == 31:  # DeleteAcls: one result per filter
-        return {"throttle_time_ms": 0, "filter_results": [{"error_code": code, "error_message": message,
-                                                           "matching_acls": []} for _ in request.filters]}
-    if api_key == 51:  # AlterUserScramCredentials: one result per user named
-        users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-        return {"throttle_time_ms": 0, "results": [{"user": user, "error_code": code, "error_message": message}
-                                                   for user in users]}
+    if api_key == 30:
+        from server.handlers.create_acls import error_response
+        return error_response(request, code, message)
+    if api_key == 31:
+        from server.handlers.delete_acls import error_response
+        return error_response(request, code, message)
+    if api_key == 51:
+        from server.handlers.alter_user_scram_credentials import error_response
+        return error_response(request, code, message)
     return {"throttle_time_ms": 0, "error_code": code, "error_message": message}
 
 

@@ -7,9 +7,8 @@ for every resource; brokers forward the request (handlers/forwarded.py).
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
 from server.controller import topics
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import get_logger
 from server.security import item_checks
 
@@ -27,18 +26,12 @@ async def handle(ctx, request):
     version = ctx.api_version
     # Issue 8: resources the principal may not alter are answered here, the rest go on.
     authorized, refused = item_checks.config_resources(ctx, request, alter=True)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(
-                state, authorized, version),
-            gated=not request.validate_only,
-        )
-    except WritesBlockedError as exc:
-        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
-        return error_response(request, ErrorCode.REQUEST_TIMED_OUT, str(exc))
-    except NotControllerError as exc:
-        return error_response(request, ErrorCode.NOT_CONTROLLER,
-                              f"This node is not the active controller (leader: {exc.leader_id}).")
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(
+            state, authorized, version),
+        lambda code, message: error_response(request, code, message), gated=not request.validate_only)
+    if refusal is not None:
+        return refusal
     log.info("controller.configs_altered", client_id=ctx.client_id, records=len(result.records),
              failed={f"{r['resource_type']}:{r['resource_name']}": r["error_code"]
                      for r in result.response["responses"] if r["error_code"]})

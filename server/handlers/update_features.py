@@ -7,9 +7,8 @@ refusals). A standby answers NOT_CONTROLLER so clients go to the leader.
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
 from server.controller import commands
-from server.controller.loop import NotControllerError, WritesBlockedError
+from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
 
 log = get_logger("controller")
@@ -23,20 +22,13 @@ async def handle(ctx, request):
     config = node.controller_config
     version = ctx.api_version
     await node.learn_quorum_features(QUORUM_FEATURES_WAIT_S)
-    try:
-        result = await node.submit(
-            lambda state, tracker, next_offset, now_ms: commands.update_features(
-                state, request, version, config, node.quorum_supported_features()),
-            gated=not request.validate_only,
-        )
-    except WritesBlockedError as exc:
-        # KIP-866: ZooKeeper is too far behind; REQUEST_TIMED_OUT is retriable for every client.
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.REQUEST_TIMED_OUT, "error_message": str(exc),
-                "results": []}
-    except NotControllerError as exc:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.NOT_CONTROLLER,
-                "error_message": f"This node is not the active controller (leader: {exc.leader_id}).",
-                "results": []}
+    result, refusal = await submit_write(
+        node, lambda state, tracker, next_offset, now_ms: commands.update_features(
+            state, request, version, config, node.quorum_supported_features()),
+        lambda code, message: {"throttle_time_ms": 0, "error_code": code, "error_message": message, "results": []},
+        gated=not request.validate_only)
+    if refusal is not None:
+        return refusal
     if result.error_message:
         log.info(Event.FEATURE_UPDATE_REJECTED, client_id=ctx.client_id, error=result.error_message,
                  updates={u.feature: u.max_version_level for u in request.feature_updates})

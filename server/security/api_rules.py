@@ -85,31 +85,18 @@ RULES: dict[int, ApiRule] = {
 CLUSTER_REFUSED_MESSAGE = "Cluster authorization failed."
 
 
-def _items(request: Any, key: str) -> list:
-    value = request.get(key) if hasattr(request, "get") else None
-    return list(value or ())
-
-
 def refusal(api_key: int, version: int, request: Any) -> dict:
     """The whole request refused with CLUSTER_AUTHORIZATION_FAILED, in the API's shape:
     a top-level error code where the response has one, otherwise the code in every
     per-item result."""
     code = int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     message = CLUSTER_REFUSED_MESSAGE
-    if api_key == 30:  # CreateAcls: one result per creation
-        return {"throttle_time_ms": 0, "results": [
-            {"error_code": code, "error_message": message} for _ in _items(request, "creations")]}
-    if api_key == 31:  # DeleteAcls: one result per filter
-        return {"throttle_time_ms": 0, "filter_results": [
-            {"error_code": code, "error_message": message, "matching_acls": []}
-            for _ in _items(request, "filters")]}
-    if api_key == 51:  # AlterUserScramCredentials: one result per user named
-        users: list[str] = []
-        for item in _items(request, "deletions") + _items(request, "upsertions"):
-            if item.name not in users:
-                users.append(item.name)
-        return {"throttle_time_ms": 0, "results": [
-            {"user": user, "error_code": code, "error_message": message} for user in users]}
+    if api_key in (30, 31, 51):
+        # APIs without a top-level error: the code in every per-item result, in the
+        # shape their own handlers (and the forwarding broker) answer errors with.
+        from server.handlers import forwarded
+
+        return forwarded.error_response(api_key, version, request, code, message)
     body = dict(API_MESSAGES[api_key][1].default(version))
     body.pop("_unknown_tagged_fields", None)
     body["error_code"] = code
