@@ -60,6 +60,7 @@ UPDATE_FEATURES_KEY, UPDATE_FEATURES_VERSION = 57, 1  # ValidateOnly and Upgrade
 API_VERSIONS_KEY, API_VERSIONS_VERSION = 18, 3
 UPGRADE, SAFE_DOWNGRADE = 1, 2
 LEVEL_3_8_IV0, LEVEL_3_9_IV0 = 20, 21
+METADATA_VERSION, GROUP_VERSION = "metadata.version", "group.version"
 ROUNDS = 10
 WARMUP_PER_KIND = 20
 REPLAY_TIMEOUT_S = 10.0
@@ -74,11 +75,11 @@ DEFAULT_FETCH_TIMEOUT_MS = 2000
 # requests
 # --------------------------------------------------------------------------
 
-def update_metadata_version(conn: common.Conn, level: int, upgrade_type: int, validate_only: bool):
+def update_feature(conn: common.Conn, feature: str, level: int, upgrade_type: int, validate_only: bool):
     """(top-level or per-feature error code, error message, elapsed ns)."""
     body = {
         "timeout_ms": 30_000,
-        "feature_updates": [{"feature": "metadata.version", "max_version_level": level,
+        "feature_updates": [{"feature": feature, "max_version_level": level,
                              "allow_downgrade": upgrade_type != UPGRADE, "upgrade_type": upgrade_type}],
         "validate_only": validate_only,
     }
@@ -90,21 +91,45 @@ def update_metadata_version(conn: common.Conn, level: int, upgrade_type: int, va
     return 0, None, elapsed_ns
 
 
-def finalized(conn: common.Conn) -> tuple[int, int]:
-    """(finalized features epoch, metadata.version level) from ApiVersions v3."""
+def finalized(conn: common.Conn) -> tuple[int, dict[str, int]]:
+    """(finalized features epoch, {feature: level}) from ApiVersions v3."""
     reply, _ = conn.call(API_VERSIONS_KEY, API_VERSIONS_VERSION,
                          {"client_software_name": "bench-quorum", "client_software_version": "1"})
-    levels = {f.name: f.max_version_level for f in reply.finalized_features}
-    return reply.finalized_features_epoch, levels["metadata.version"]
+    return reply.finalized_features_epoch, {f.name: f.max_version_level for f in reply.finalized_features}
+
+
+class Flip:
+    """One feature moved between two levels, one record per commit."""
+
+    def __init__(self, feature: str, low: int, high: int, level: int) -> None:
+        self.feature, self.low, self.high, self.level = feature, low, high, level
+
+    def target(self) -> tuple[int, int]:
+        return (self.high, UPGRADE) if self.level == self.low else (self.low, SAFE_DOWNGRADE)
+
+    def commit(self, conn: common.Conn) -> int:
+        """Moves the feature to its other level; elapsed ns."""
+        level, upgrade_type = self.target()
+        code, message, elapsed = update_feature(conn, self.feature, level, upgrade_type, False)
+        if code:
+            raise RuntimeError(f"UpdateFeatures {self.feature}={level} failed: {code} {message}")
+        self.level = level
+        return elapsed
+
+    def validate(self, conn: common.Conn) -> int:
+        level, upgrade_type = self.target()
+        code, message, elapsed = update_feature(conn, self.feature, level, upgrade_type, True)
+        if code:
+            raise RuntimeError(f"validate-only UpdateFeatures {self.feature}={level} failed: {code} {message}")
+        return elapsed
 
 
 def commit_flip(conn: common.Conn, level: int) -> tuple[int, int, str | None, int]:
-    """Moves metadata.version to the other level (one record). (new level, error, message, ns)."""
-    if level == LEVEL_3_8_IV0:
-        code, message, elapsed = update_metadata_version(conn, LEVEL_3_9_IV0, UPGRADE, False)
-        return (LEVEL_3_9_IV0 if code == 0 else level), code, message, elapsed
-    code, message, elapsed = update_metadata_version(conn, LEVEL_3_8_IV0, SAFE_DOWNGRADE, False)
-    return (LEVEL_3_8_IV0 if code == 0 else level), code, message, elapsed
+    """Moves metadata.version to the other level, reporting errors instead of raising
+    (failover retries NOT_CONTROLLER). (new level, error, message, ns)."""
+    target, upgrade_type = (LEVEL_3_9_IV0, UPGRADE) if level == LEVEL_3_8_IV0 else (LEVEL_3_8_IV0, SAFE_DOWNGRADE)
+    code, message, elapsed = update_feature(conn, METADATA_VERSION, target, upgrade_type, False)
+    return (target if code == 0 else level), code, message, elapsed
 
 
 def us(samples_ns: list[int], fraction: float) -> float:
@@ -127,11 +152,12 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
 
 def run_latency(args) -> int:
     per_round = max(1, args.iterations // ROUNDS)
+    mv_per_round = max(1, args.mv_iterations // ROUNDS)
     overrides = parse_overrides(args.override)
     sample_batch = encode_batch(0, 1, [encode_metadata_record(record(
-        FEATURE_LEVEL_RECORD, {"name": "metadata.version", "feature_level": LEVEL_3_9_IV0}))], 1_700_000_000_000)
+        FEATURE_LEVEL_RECORD, {"name": GROUP_VERSION, "feature_level": 1}))], 1_700_000_000_000)
     work = common.work_dir(args.dir, "bench_quorum_latency_")
-    samples: dict[str, list[int]] = {"fsync": [], "rtt": [], "validate": [], "commit": []}
+    samples: dict[str, list[int]] = {"fsync": [], "rtt": [], "validate": [], "commit": [], "commit_mv": []}
     commits = 0
     try:
         profile_dir = Path(args.profile_dir).resolve() if args.profile_dir else None
@@ -142,9 +168,12 @@ def run_latency(args) -> int:
             conn = common.Conn(quorum.port(leader), "bench-quorum")
             raw_fd = os.open(work / "fsync-floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                epoch_before, level = finalized(conn)
-                if level != LEVEL_3_8_IV0:
-                    raise RuntimeError(f"expected metadata.version {LEVEL_3_8_IV0} after format, got {level}")
+                epoch_before, levels = finalized(conn)
+                if levels.get(METADATA_VERSION) != LEVEL_3_8_IV0 or levels.get(GROUP_VERSION, 0) != 0:
+                    raise RuntimeError(f"expected metadata.version {LEVEL_3_8_IV0} and no group.version after "
+                                       f"format, got {levels}")
+                group = Flip(GROUP_VERSION, 0, 1, 0)
+                mv = Flip(METADATA_VERSION, LEVEL_3_8_IV0, LEVEL_3_9_IV0, LEVEL_3_8_IV0)
 
                 def rtt(out):
                     _, elapsed = conn.call(API_VERSIONS_KEY, API_VERSIONS_VERSION,
@@ -153,23 +182,18 @@ def run_latency(args) -> int:
                         out.append(elapsed)
 
                 def validate(out):
-                    code, message, elapsed = update_metadata_version(conn, LEVEL_3_9_IV0 if level == LEVEL_3_8_IV0
-                                                                     else LEVEL_3_8_IV0,
-                                                                     UPGRADE if level == LEVEL_3_8_IV0
-                                                                     else SAFE_DOWNGRADE, True)
-                    if code:
-                        raise RuntimeError(f"validate-only UpdateFeatures failed: {code} {message}")
+                    elapsed = group.validate(conn)
                     if out is not None:
                         out.append(elapsed)
 
-                def commit(out):
-                    nonlocal level, commits
-                    level, code, message, elapsed = commit_flip(conn, level)
-                    if code:
-                        raise RuntimeError(f"UpdateFeatures commit failed: {code} {message}")
-                    commits += 1
-                    if out is not None:
-                        out.append(elapsed)
+                def committing(flip: Flip):
+                    def commit(out):
+                        nonlocal commits
+                        elapsed = flip.commit(conn)
+                        commits += 1
+                        if out is not None:
+                            out.append(elapsed)
+                    return commit
 
                 def fsync(out):
                     started = time.perf_counter_ns()
@@ -178,20 +202,23 @@ def run_latency(args) -> int:
                     if out is not None:
                         out.append(time.perf_counter_ns() - started)
 
-                kinds = {"fsync": fsync, "rtt": rtt, "validate": validate, "commit": commit}
-                for run in kinds.values():
+                kinds = {"fsync": (fsync, per_round), "rtt": (rtt, per_round), "validate": (validate, per_round),
+                         "commit": (committing(group), per_round), "commit_mv": (committing(mv), mv_per_round)}
+                for run, _ in kinds.values():
                     for _ in range(WARMUP_PER_KIND):
                         run(None)
                 for _ in range(ROUNDS):
-                    for name, run in kinds.items():
-                        for _ in range(per_round):
+                    for name, (run, count) in kinds.items():
+                        for _ in range(count):
                             run(samples[name])
-                epoch_after, final_level = finalized(conn)
-                if final_level != level or epoch_after - epoch_before != commits:
+                epoch_after, final_levels = finalized(conn)
+                expected = {GROUP_VERSION: group.level, METADATA_VERSION: mv.level}
+                if any(final_levels.get(f, 0) != level for f, level in expected.items()) \
+                        or epoch_after - epoch_before != commits:
                     raise RuntimeError(f"expected {commits} committed records (epoch {epoch_before} -> "
-                                       f"{epoch_before + commits}, level {level}); got epoch {epoch_after}, "
-                                       f"level {final_level}")
-                followers_checked = check_followers_replayed(quorum, leader, (epoch_after, final_level))
+                                       f"{epoch_before + commits}, levels {expected}); got epoch {epoch_after}, "
+                                       f"levels {final_levels}")
+                followers_checked = check_followers_replayed(quorum, leader, (epoch_after, final_levels))
             finally:
                 os.close(raw_fd)
                 conn.close()
@@ -200,10 +227,13 @@ def run_latency(args) -> int:
 
     print(f"$ {common.command_line()}")
     print(f"UpdateFeatures v1 to the leader of a {VOTERS}-voter quorum (real processes, fsync on, 127.0.0.1), one "
-          f"request at a time over one connection; {per_round * ROUNDS} samples per kind in {ROUNDS} interleaved "
-          f"rounds after {WARMUP_PER_KIND} warm-up each; {commits} commits verified on the leader (finalized epoch "
-          f"advanced by {commits}) and on {followers_checked} followers (same epoch and level replayed). fsync "
-          f"writes {len(sample_batch)} B (one FeatureLevelRecord batch) in the voters' parent directory; rtt = "
+          f"request at a time over one connection; {per_round * ROUNDS} samples per kind ({mv_per_round * ROUNDS} "
+          f"metadata.version commits) in {ROUNDS} interleaved rounds after {WARMUP_PER_KIND} warm-up each; "
+          f"{commits} commits verified on the leader (finalized epoch advanced by {commits}) and on "
+          f"{followers_checked} followers (same epoch and levels replayed). `commit` flips group.version 0 <-> 1 "
+          f"(one FeatureLevelRecord); `commit_mv` flips metadata.version 3.8-IV0 <-> 3.9-IV0 (one record, plus the "
+          f"KIP-778 snapshot every node writes before a metadata.version change). fsync writes "
+          f"{len(sample_batch)} B (one FeatureLevelRecord batch) in the voters' parent directory; rtt = "
           f"ApiVersions v3 to the leader. Overrides: {overrides or 'none'}. {os.cpu_count()} CPUs shared by the "
           f"client and three controllers, nothing pinned.\n")
     f50, r50 = us(samples["fsync"], 0.50), us(samples["rtt"], 0.50)
@@ -212,7 +242,8 @@ def run_latency(args) -> int:
     rows = []
     for name, label in (("fsync", "fsync (os.write + os.fsync)"), ("rtt", "loopback round trip (ApiVersions)"),
                         ("validate", "UpdateFeatures validate_only=true"),
-                        ("commit", "UpdateFeatures committed by the quorum (1 record)")):
+                        ("commit", "UpdateFeatures committed by the quorum (group.version, 1 record)"),
+                        ("commit_mv", "UpdateFeatures metadata.version (1 record + KIP-778 snapshot)")):
         p50, p99 = us(samples[name], 0.50), us(samples[name], 0.99)
         rows.append([label, len(samples[name]), f"{p50:,.0f}", f"{p99:,.0f}", f"{p50 / floor50:.2f}",
                      f"{p99 / floor99:.2f}"])
@@ -225,7 +256,7 @@ def run_latency(args) -> int:
     return 0
 
 
-def check_followers_replayed(quorum: common.Quorum, leader: int, expected: tuple[int, int]) -> int:
+def check_followers_replayed(quorum: common.Quorum, leader: int, expected: tuple[int, dict[str, int]]) -> int:
     """Every follower replays the leader's last commit within REPLAY_TIMEOUT_S; returns how many were checked."""
     checked = 0
     for node_id in quorum.alive():
@@ -313,7 +344,7 @@ def one_failover(quorum: common.Quorum, leader: int, level: int) -> dict:
                     if code == common.NOT_CONTROLLER:
                         result["not_controller"] += 1
                     else:  # e.g. the level moved under us: read it back and go on
-                        result["level"] = finalized(survivors.conn(named))[1]
+                        result["level"] = finalized(survivors.conn(named))[1][METADATA_VERSION]
                 except OSError:
                     survivors.drop(node_id)
             time.sleep(POLL_S)
@@ -347,7 +378,7 @@ def run_failover(args) -> int:
     try:
         with common.kraftwerk_quorum(work, VOTERS, "3.8-IV0", overrides) as (quorum, leader):
             with common.Conn(quorum.port(leader), "bench-quorum") as conn:
-                level = finalized(conn)[1]
+                level = finalized(conn)[1][METADATA_VERSION]
             epoch, _ = wait_caught_up(quorum, leader)
             for _ in range(args.runs):
                 if time.monotonic() > budget_deadline:
@@ -364,7 +395,7 @@ def run_failover(args) -> int:
             # Every committed flip is on every voter: the leader's level is the level we tracked.
             with common.Conn(quorum.port(leader), "bench-quorum") as conn:
                 final = finalized(conn)
-            if final[1] != level:
+            if final[1][METADATA_VERSION] != level:
                 raise RuntimeError(f"tracked metadata.version {level}, the leader has {final[1]}")
             followers_checked = check_followers_replayed(quorum, leader, final)
     finally:
@@ -410,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="measure", required=True)
     lat = sub.add_parser("latency", help="UpdateFeatures commit latency vs fsync + round trip")
     lat.add_argument("--iterations", type=int, default=1000, help="timed samples per kind")
+    lat.add_argument("--mv-iterations", type=int, default=200, help="timed metadata.version commits")
     lat.add_argument("--profile-dir", default=None,
                      help="run the controllers under cProfile, writing DIR/controller-<id>-<n>.prof")
     thr = sub.add_parser("throughput", help="bench_group_commit.py cells against a 3-voter quorum")
