@@ -14,7 +14,12 @@ Rules kept here:
   the log change in the middle of a step.
 - `apply` (a follower's or observer's Ready) is durable when it returns:
   MetadataLog fsyncs. Consecutive appends of one Ready are written with one
-  `append_raw` (one fsync).
+  `append_raw` (one fsync). A small append (the steady state: what the leader
+  just committed) is written on the event loop itself: the loop stalls for one
+  fsync, but a worker-thread round trip cost more CPU than the fsync takes
+  (measured: ~300 µs per append on a 2-core machine running three
+  controllers), and a follower's next step waits for that fsync anyway.
+  Catch-up appends (large) still go to a worker thread.
 - A leader may send before its own fsync (KRaft does), so its appends are
   *staged*: `stage` puts them in memory at once (no worker thread on the
   commit path) and the log answers the core as if they were written (end
@@ -55,6 +60,8 @@ from server.storage.snapshot import UnknownSnapshotError, read_chunk, snapshot_p
 _log = get_logger("raft.storage")
 
 DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
+# Appends up to this size are written and fsynced on the event loop (see above).
+INLINE_APPEND_MAX_BYTES = 64 * 1024
 
 
 class StoredBatch(Batch):
@@ -79,6 +86,12 @@ def raw_bytes(batch: Batch) -> bytes:
     if raw is not None:
         return raw
     return encode_batch(batch.base_offset, batch.epoch, batch.values, batch.timestamp_ms, batch.control_type)
+
+
+def _stored_size(batch: Batch) -> int:
+    """Bytes `batch` takes in the log (its stored bytes, or roughly its values' size)."""
+    raw = getattr(batch, "raw", None)
+    return len(raw) if raw is not None else sum(len(value) for value in batch.values)
 
 
 def decode_stored(data: bytes | bytearray | memoryview, max_batch_bytes: int = 1 << 31) -> list[StoredBatch]:
@@ -360,7 +373,10 @@ class MetadataRaftLog:
                 while index < len(ops) and isinstance(ops[index], Append):
                     run.append(ops[index].batch)
                     index += 1
-                stored = await trio.to_thread.run_sync(self._append_sync, run)
+                if sum(_stored_size(batch) for batch in run) <= INLINE_APPEND_MAX_BYTES:
+                    stored = self._append_sync(run)
+                else:
+                    stored = await trio.to_thread.run_sync(self._append_sync, run)
                 self._cache_add(stored)
                 applied.appended_batches += len(stored)
                 continue
