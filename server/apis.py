@@ -32,6 +32,9 @@ class ServedApi:
     # path must not re-derive Kafka's flexible-version rule.
     request_header_versions: tuple[int, ...]
     response_header_versions: tuple[int, ...]
+    # handler(ctx, request, answer) returns at once and calls answer(body) exactly once,
+    # now or later, from any task: no task per request (the KRaft RPCs, see dispatch.py).
+    answers_later: bool = False
 
     def request_header_version(self, version: int) -> int:
         return self.request_header_versions[version]
@@ -40,7 +43,8 @@ class ServedApi:
         return self.response_header_versions[version]
 
 
-def served(api_key: int, min_version: int, max_version: int, handler, is_async: bool = False) -> ServedApi:
+def served(api_key: int, min_version: int, max_version: int, handler, is_async: bool = False,
+           answers_later: bool = False) -> ServedApi:
     request, response = API_MESSAGES[api_key]
     lo, hi = request.version_range
     assert lo <= min_version <= max_version <= hi, "cannot serve versions the protocol does not declare"
@@ -50,6 +54,7 @@ def served(api_key: int, min_version: int, max_version: int, handler, is_async: 
         request, response,
         tuple(request_header_version(request, v) if v >= lo else 2 for v in versions),
         tuple(response_header_version(request, v) if v >= lo else 0 for v in versions),
+        answers_later,
     )
 
 
@@ -129,11 +134,11 @@ def controller_apis() -> dict[int, ServedApi]:
         served(50, 0, 0, describe_user_scram_credentials.handle),
         served(51, 0, 0, alter_user_scram_credentials.handle, is_async=True),
         # KRaft RPCs between controllers (and, with issue 4, broker observers).
-        served(1, 17, 17, rpc.serve, is_async=True),
-        served(52, 0, 1, rpc.serve, is_async=True),
-        served(53, 0, 1, rpc.serve, is_async=True),
-        served(54, 0, 1, rpc.serve, is_async=True),
-        served(59, 0, 1, rpc.serve, is_async=True),
+        served(1, 17, 17, rpc.offer, answers_later=True),
+        served(52, 0, 1, rpc.offer, answers_later=True),
+        served(53, 0, 1, rpc.offer, answers_later=True),
+        served(54, 0, 1, rpc.offer, answers_later=True),
+        served(59, 0, 1, rpc.offer, answers_later=True),
     ]
     return {api.api_key: api for api in table}
 

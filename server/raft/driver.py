@@ -26,7 +26,10 @@ of durable copies, and the leader's commit path has no worker-thread hop.
 Rules kept here:
 - Only the driver task calls the core. Everyone else hands it an input over a
   bounded channel (backpressure, not unbounded queues) and waits for a reply;
-  properties (`role`, `epoch`, `high_watermark`, ...) are plain reads.
+  properties (`role`, `epoch`, `high_watermark`, ...) are plain reads. Inbound
+  RPCs are offered without waiting (`offer_request`): the driver calls the
+  dispatcher's `answer`, so no task per request waits; with the inbox full the
+  requester is told BROKER_NOT_AVAILABLE and retries.
 - Persist before acting: an answer the core gives at once (a vote grant, a
   BeginQuorumEpoch ack) is held back until the state it depends on is
   durable, i.e. until the Ready that follows it has been persisted.
@@ -153,11 +156,35 @@ class _Reply:
             self.event.set()
 
 
+error_response = m.error_response
+
+
+class _Answer:
+    """An inbound request's reply delivered by calling `answer(body)`: no task waits
+    for it (see `offer_request`). `fail` answers BROKER_NOT_AVAILABLE."""
+
+    __slots__ = ("_answer", "_api_key", "_outstanding")
+
+    def __init__(self, answer: Callable[[Body], None], api_key: int, outstanding: set) -> None:
+        self._answer = answer
+        self._api_key = api_key
+        self._outstanding = outstanding
+
+    def set(self, value: Body) -> None:
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            self._outstanding.discard(self)
+            answer(value)
+
+    def fail(self, error: BaseException) -> None:
+        self.set(error_response(self._api_key, ErrorCode.BROKER_NOT_AVAILABLE))
+
+
 class _Request(NamedTuple):
     sender_id: int
     api_key: int
     body: Body
-    reply: _Reply
+    reply: _Answer
 
 
 class _Response(NamedTuple):
@@ -181,9 +208,6 @@ class _Call(NamedTuple):
 
     function: Callable[[RaftDriver], Any]
     reply: _Reply
-
-
-error_response = m.error_response
 
 
 def trio_now_ms() -> int:
@@ -236,9 +260,9 @@ class RaftDriver:
         self._changed = trio.Event()
         self._high_watermark = 0
         # Answers the core gave at once, held until the next Ready is persisted.
-        self._held: list[tuple[_Reply, Body]] = []
+        self._held: list[tuple[_Answer, Body]] = []
         # Inbound requests not answered yet (for failing them at shutdown).
-        self._outstanding: set[_Reply] = set()
+        self._outstanding: set[_Answer] = set()
         # epoch -> high watermark when this node's leadership of that epoch ended.
         self._commit_marks: dict[int, int] = {}
         self._leader_epoch: int | None = None
@@ -402,26 +426,36 @@ class RaftDriver:
                 raise DriverStopped("the raft driver stopped")
             await self._changed.wait()
 
-    async def handle_request(self, sender_id: int, api_key: int, body: Body) -> Body:
-        """Answers an inbound KRaft RPC (what server/raft/rpc.py calls)."""
+    def offer_request(self, sender_id: int, api_key: int, body: Body, answer: Callable[[Body], None]) -> None:
+        """Hands an inbound KRaft RPC to the driver task without waiting (what
+        server/raft/rpc.py calls); `answer(response body)` is called exactly once: by
+        the driver task once the answer's state is durable, or at once with
+        BROKER_NOT_AVAILABLE when the driver is not running, its inbox is full (the
+        requester retries), or it stops first."""
+        reply = _Answer(answer, int(api_key), self._outstanding)
         if not self._running:
-            return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
-        reply = _Reply()
-        bound_s = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000 + REPLY_SLACK_S
+            reply.fail(DriverStopped("the raft driver is not running"))
+            return
         self._outstanding.add(reply)
         try:
-            with trio.move_on_after(bound_s):
-                await self._submit(_Request(sender_id, int(api_key), body, reply))
-                await reply.event.wait()
-        except DriverStopped:
-            return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
-        finally:
-            self._outstanding.discard(reply)
-        if not reply.event.is_set():
-            return error_response(api_key, ErrorCode.REQUEST_TIMED_OUT)
-        if reply.error is not None:
-            return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
-        return reply.value
+            self._send_channel.send_nowait(_Request(sender_id, int(api_key), body, reply))
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            reply.fail(DriverStopped("the raft driver cannot take the request"))
+
+    async def handle_request(self, sender_id: int, api_key: int, body: Body) -> Body:
+        """`offer_request`, awaited: the response body (REQUEST_TIMED_OUT past the bound)."""
+        answered: list[Body] = []
+        done = trio.Event()
+
+        def answer(response: Body) -> None:
+            answered.append(response)
+            done.set()
+
+        self.offer_request(sender_id, api_key, body, answer)
+        with trio.move_on_after((self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
+                                + REPLY_SLACK_S):
+            await done.wait()
+        return answered[0] if answered else error_response(api_key, ErrorCode.REQUEST_TIMED_OUT)
 
     async def resign(self) -> None:
         """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once."""
@@ -644,7 +678,7 @@ class RaftDriver:
         self._release_held()
         for response in ready.responses:
             token = response.token
-            if isinstance(token, _Reply):
+            if isinstance(token, _Answer):
                 token.set(response.body)
         nursery = self._nursery
         assert nursery is not None

@@ -16,7 +16,7 @@ Rules kept here:
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
-from server.raft.driver import RaftDriver, error_response
+from server.raft.driver import error_response
 from server.raft.messages import ApiKey, Body
 
 RAFT_API_KEYS = frozenset(int(key) for key in ApiKey)
@@ -42,15 +42,12 @@ def sender_of(api_key: int, body: Body) -> int:
     return int(partition.get("leader_id", -1))
 
 
-async def handle(driver: RaftDriver | None, api_key: int, body: Body) -> Body:
-    """The response body for one inbound KRaft request."""
-    if api_key not in RAFT_API_KEYS:
-        raise ValueError(f"api key {api_key} is not a KRaft RPC")
+def offer(ctx, request, answer) -> None:
+    """Dispatcher handler (answers later) for keys 1, 52, 53, 54, 59: hands the request
+    to `ctx.node.raft_driver`, which calls `answer(body)` once it has the answer."""
+    api_key = ctx.api_key
+    driver = getattr(ctx.node, "raft_driver", None)
     if driver is None or not driver.running:
-        return error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE)
-    return await driver.handle_request(sender_of(api_key, body), api_key, body)
-
-
-async def serve(ctx, request) -> Body:
-    """Dispatcher handler (async) for keys 1, 52, 53, 54, 59: uses `ctx.node.raft_driver`."""
-    return await handle(getattr(ctx.node, "raft_driver", None), ctx.api_key, request)
+        answer(error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE))
+        return
+    driver.offer_request(sender_of(api_key, request), api_key, request, answer)

@@ -63,11 +63,11 @@ def _api_versions(ctx, request):
 def harness_apis() -> dict:
     table = [
         served(18, 0, 4, _api_versions),
-        served(1, 17, 17, rpc.serve, is_async=True),
-        served(52, 0, 1, rpc.serve, is_async=True),
-        served(53, 0, 1, rpc.serve, is_async=True),
-        served(54, 0, 1, rpc.serve, is_async=True),
-        served(59, 0, 1, rpc.serve, is_async=True),
+        served(1, 17, 17, rpc.offer, answers_later=True),
+        served(52, 0, 1, rpc.offer, answers_later=True),
+        served(53, 0, 1, rpc.offer, answers_later=True),
+        served(54, 0, 1, rpc.offer, answers_later=True),
+        served(59, 0, 1, rpc.offer, answers_later=True),
     ]
     return {api.api_key: api for api in table}
 
