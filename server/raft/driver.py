@@ -697,10 +697,7 @@ class RaftDriver:
         self._nursery.start_soon(self._flush_staged)
 
     async def _flush_staged(self) -> None:
-        # First let the Fetch answers this Ready released leave (the writers run in the
-        # next scheduling round): a small write is fsynced on the event loop, which
-        # stalls it meanwhile. A storage failure raises here and ends `run` (fatal).
-        await trio.lowlevel.checkpoint()
+        # A storage failure raises here and ends `run` through the nursery (fatal).
         await self.storage.write_staged()
         try:
             await self._send_channel.send(_Flushed())

@@ -335,10 +335,7 @@ class MetadataRaftLog:
         batches = list(batches)
         writing = self._writing = trio.Event()
         try:
-            if sum(_stored_size(batch) for batch in batches) <= INLINE_APPEND_MAX_BYTES:
-                self._append_sync(batches)
-            else:
-                await trio.to_thread.run_sync(self._append_sync, batches)
+            await trio.to_thread.run_sync(self._append_sync, batches)
         finally:
             self._writing = None
             writing.set()
