@@ -61,19 +61,22 @@ def served(api_key: int, min_version: int, max_version: int, handler, is_async: 
 class AdvertisedApis:
     """The versions a node advertises in ApiVersions and accepts now: its served table
     gated by the finalized metadata.version (server/gating.py, KIP-778). Recomputed only
-    when the finalized features epoch changes, so the per-request check is a dict lookup."""
+    when metadata.version changes (not on every feature change), so the per-request
+    check is a dict lookup."""
+
+    _UNSET = object()
 
     def __init__(self, served: dict[int, ServedApi]) -> None:
         self._ranges = {api.api_key: (api.min_version, api.max_version) for api in served.values()}
-        self._epoch: int | None = None
+        self._metadata_version: object = self._UNSET
         self._current: dict[int, tuple[int, int]] = dict(self._ranges)
 
-    def current(self, finalized_epoch: int, metadata_version: int | None) -> dict[int, tuple[int, int]]:
-        if finalized_epoch != self._epoch:
+    def current(self, metadata_version: int | None) -> dict[int, tuple[int, int]]:
+        if metadata_version != self._metadata_version:
             from server.gating import gated_ranges
 
             self._current = gated_ranges(self._ranges, metadata_version)
-            self._epoch = finalized_epoch
+            self._metadata_version = metadata_version
         return self._current
 
 

@@ -74,7 +74,7 @@ class ServingNode:
     def advertised_ranges(self) -> dict[int, tuple[int, int]]:
         """The API versions served now: gated by the finalized metadata.version."""
         state = self.state
-        return self._advertised.current(state.finalized_features_epoch, state.metadata_version)
+        return self._advertised.current(state.metadata_version)
 
     def api_versions_body(self, version: int):
         key = (version, self.state.finalized_features_epoch)

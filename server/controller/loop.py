@@ -191,7 +191,11 @@ class ControllerLoop:
         if not self.active:
             raise NotControllerError(self.driver.leader_id)
         reply = _Reply()
-        await self._send.send((command, reply, transactional))
+        try:
+            # No scheduling round when there is room: the reply is awaited next anyway.
+            self._send.send_nowait((command, reply, transactional))
+        except trio.WouldBlock:
+            await self._send.send((command, reply, transactional))
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error

@@ -235,11 +235,21 @@ class PeerConnection:
     async def request(self, api_key: int, body: dict, timeout_s: float, version: int | None = None):
         """Sends one request and returns the decoded response body."""
         with trio.fail_after(timeout_s):
-            await self._connected.wait()
-            async with self._slots:
+            # Each wait below is skipped when it would not block: a trio wait on a set
+            # event or a free semaphore still costs a scheduling round.
+            if not self._connected.is_set():
+                await self._connected.wait()
+            slots = self._slots
+            try:
+                slots.acquire_nowait()
+            except trio.WouldBlock:
+                await slots.acquire()
+            try:
                 if version is None:
                     version = self.choose_version(api_key)
                 return await self._exchange(api_key, version, body)
+            finally:
+                slots.release()
 
     async def _exchange(self, api_key: int, version: int, body: dict):
         stream = self._stream
@@ -250,8 +260,15 @@ class PeerConnection:
         waiter = _Waiter(api_key, version)
         self._pending[correlation_id] = waiter
         try:
-            async with self._send_lock:
+            lock = self._send_lock
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+            try:
                 await stream.send_all(data)
+            finally:
+                lock.release()
             await waiter.event.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise PeerUnavailable(f"connection to node {self.address.node_id} lost: {exc}") from None

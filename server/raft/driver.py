@@ -492,7 +492,13 @@ class RaftDriver:
         if not self._running:
             raise DriverStopped("the raft driver is not running")
         try:
-            await self._send_channel.send(item)
+            # No scheduling round when there is room (callers wait for the reply next).
+            self._send_channel.send_nowait(item)
+        except trio.WouldBlock:
+            try:
+                await self._send_channel.send(item)
+            except trio.ClosedResourceError:
+                raise DriverStopped("the raft driver stopped") from None
         except trio.ClosedResourceError:
             raise DriverStopped("the raft driver stopped") from None
 

@@ -18,7 +18,10 @@ Rules kept here:
   just committed) is written on the event loop itself: the loop stalls for one
   fsync, but a worker-thread round trip cost more CPU than the fsync takes
   (measured: ~300 µs per append on a 2-core machine running three
-  controllers), and a follower's next step waits for that fsync anyway.
+  controllers), and a follower's next step waits for that fsync anyway (a
+  follower whose disk stalls stalls with it; it could not acknowledge
+  meanwhile). The leader's writes stay in a worker thread: its disk must not
+  stall the commits its followers' copies can make.
   Catch-up appends (large) still go to a worker thread.
 - A leader may send before its own fsync (KRaft does), so its appends are
   *staged*: `stage` puts them in memory at once (no worker thread on the
@@ -180,8 +183,11 @@ class MetadataRaftLog:
     @property
     def end_offset(self) -> int:
         """End of the log including staged (not yet durable) leader appends."""
-        unwritten = self._unwritten()
-        return unwritten[-1].next_offset if unwritten else self.metadata_log.end_offset
+        # Staged batches continue the log in order and leave `_staged` only once
+        # written, so the last one (written or not) ends the log. Read on every
+        # step of the core: no list is built here.
+        staged = self._staged
+        return staged[-1].next_offset if staged else self.metadata_log.end_offset
 
     @property
     def flushed_end_offset(self) -> int:
@@ -190,8 +196,8 @@ class MetadataRaftLog:
 
     @property
     def last_epoch(self) -> int:
-        unwritten = self._unwritten()
-        return unwritten[-1].epoch if unwritten else self.metadata_log.last_epoch
+        staged = self._staged  # see end_offset
+        return staged[-1].epoch if staged else self.metadata_log.last_epoch
 
     def _unwritten(self) -> list[StoredBatch]:
         """The staged batches the MetadataLog does not hold yet. The writer thread
@@ -322,7 +328,8 @@ class MetadataRaftLog:
 
     @property
     def has_staged(self) -> bool:
-        return bool(self._unwritten())
+        staged = self._staged
+        return bool(staged) and staged[-1].next_offset > self.metadata_log.end_offset
 
     async def write_staged(self) -> int:
         """Writes and fsyncs everything staged, in one worker-thread call; returns the
