@@ -564,6 +564,19 @@ def _default_expr(spec: FieldSpec, code) -> str:
     return repr(value)
 
 
+# UUID defaults in compiled code: one shared (immutable) UUID per value, not a new
+# object for every field of every message encoded or decoded.
+_UUID_CONST_SOURCE = (
+    "from construct import Container\nfrom uuid import UUID as _UUID\n"
+    "_UUID_CONSTANTS = {}\n"
+    "def UUID_CONST(i):\n"
+    "    value = _UUID_CONSTANTS.get(i)\n"
+    "    if value is None:\n"
+    "        value = _UUID_CONSTANTS[i] = _UUID(int=i)\n"
+    "    return value\n"
+)
+
+
 class KafkaStruct(Construct):
     """A Kafka struct in one version: fields in order, then (if flexible) the
     tagged-field section.
@@ -618,8 +631,7 @@ class KafkaStruct(Construct):
     # -- compiled ---------------------------------------------------------
     def _emitparse(self, code):
         code.append(_HELPER_IMPORT)
-        code.append("from construct import Container\nfrom uuid import UUID as _UUID\n"
-                    "def UUID_CONST(i):\n    return _UUID(int=i)\n")
+        code.append(_UUID_CONST_SOURCE)
         fname = f"parse_{self.type_name}_{code.allocateId()}"
         lines = [f"def {fname}(io, this):", "    r = Container()"]
         for spec in self.absent:
@@ -679,8 +691,7 @@ class KafkaStruct(Construct):
 
     def _emitbuild(self, code):
         code.append(_HELPER_IMPORT)
-        code.append("from construct import Container\nfrom uuid import UUID as _UUID\n"
-                    "def UUID_CONST(i):\n    return _UUID(int=i)\n")
+        code.append(_UUID_CONST_SOURCE)
         fname = f"build_{self.type_name}_{code.allocateId()}"
         lines = [f"def {fname}(objdict, io, this):"]
         # As in parsing, a run of fixed-width fields becomes one pack and one write.
