@@ -220,7 +220,13 @@ class ControllerLoop:
     async def _replay(self) -> None:
         reader = self.driver.committed_reader(self.replayed_end_offset)
         while True:
-            for item in await reader.next():
+            items = await reader.next()
+            if not self.active:
+                # A standby learns of commits from the Fetch answer that also brought the
+                # next records: let the driver's next Fetch leave first (woken in the same
+                # scheduling round), so that replaying here does not delay the commit.
+                await trio.lowlevel.checkpoint()
+            for item in items:
                 if isinstance(item, SnapshotLoaded):
                     contents = await trio.to_thread.run_sync(read_snapshot, item.path)
                     self.state = load_snapshot(contents.records, item.snapshot_id.end_offset, self.state.cluster_id)
