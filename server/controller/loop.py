@@ -294,7 +294,7 @@ class ControllerLoop:
                 await self._activate(driver.epoch)
             elif self.active and (not driver.is_leader or driver.epoch != self.active_epoch):
                 self._deactivate()
-            await driver.wait_changed()
+            await driver.wait_role_changed()
 
     async def _activate(self, epoch: int) -> None:
         driver = self.driver

@@ -258,6 +258,10 @@ class RaftDriver:
         self._nursery: trio.Nursery | None = None
         self._running = False
         self._changed = trio.Event()
+        # Set on changes of role, epoch or leader readiness only: what the controller's
+        # leadership task follows (waking it at every commit cost a task switch each).
+        self._role_changed = trio.Event()
+        self._leader_ready_seen = False
         self._high_watermark = 0
         # Answers the core gave at once, held until the next Ready is persisted.
         self._held: list[tuple[_Answer, Body]] = []
@@ -378,9 +382,17 @@ class RaftDriver:
         of the leader's flushed end offset."""
         await self._changed.wait()
 
-    def _notify(self) -> None:
+    async def wait_role_changed(self) -> None:
+        """Returns at the next change of role, epoch, leader or `leader_ready` (and when
+        the driver stops)."""
+        await self._role_changed.wait()
+
+    def _notify(self, role: bool = False) -> None:
         self._changed.set()
         self._changed = trio.Event()
+        if role:
+            self._role_changed.set()
+            self._role_changed = trio.Event()
 
     # ------------------------------------------------------------------
     # API for the controller and the RPC handlers
@@ -535,7 +547,7 @@ class RaftDriver:
             # Wakes submitters blocked on a full channel (ClosedResourceError -> DriverStopped).
             self._send_channel.close()
             self._fail_queued()
-            self._notify()
+            self._notify(role=True)
             _log.info(RAFT_DRIVER_STOPPED, node_id=self.config.node_id)
 
     def _fail_queued(self) -> None:
@@ -678,8 +690,12 @@ class RaftDriver:
             _log.info(_ROLE_EVENTS[change.role], node_id=self.config.node_id, epoch=change.epoch,
                       leader_id=change.leader_id, log_end_offset=self.storage.end_offset,
                       high_watermark=self._high_watermark)
-        if changed:
-            self._notify()
+        role = ready.role_change is not None or ready.quorum_state is not None
+        if self.leader_ready != self._leader_ready_seen:
+            self._leader_ready_seen = not self._leader_ready_seen
+            role = True
+        if changed or role:
+            self._notify(role)
         # 4. Answers held since before this Ready, then what the Ready sends.
         self._release_held()
         for response in ready.responses:
