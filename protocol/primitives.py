@@ -18,6 +18,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 from io import BytesIO
@@ -152,8 +153,14 @@ def write_bool(io: BytesIO, value: bool) -> None:
     io.write(b"\x01" if value else b"\x00")
 
 
+@functools.lru_cache(maxsize=4096)
+def _uuid_from_bytes(raw: bytes) -> uuid.UUID:
+    # Decoded UUIDs repeat (a topic's id in every Fetch): one shared, immutable UUID each.
+    return uuid.UUID(bytes=raw)
+
+
 def read_uuid(io: BytesIO) -> uuid.UUID:
-    return uuid.UUID(bytes=read_exact(io, 16))
+    return _uuid_from_bytes(read_exact(io, 16))
 
 
 def write_uuid(io: BytesIO, value: uuid.UUID) -> None:
@@ -568,6 +575,7 @@ def _default_expr(spec: FieldSpec, code) -> str:
 # object for every field of every message encoded or decoded.
 _UUID_CONST_SOURCE = (
     "from construct import Container\nfrom uuid import UUID as _UUID\n"
+    "_MISSING = object()\n"
     "_UUID_CONSTANTS = {}\n"
     "def UUID_CONST(i):\n"
     "    value = _UUID_CONSTANTS.get(i)\n"
@@ -710,7 +718,14 @@ class KafkaStruct(Construct):
                 continue
             spec = self.fields[index]
             default = _default_expr(spec, code)
-            lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
+            if callable(spec.default):
+                # A fresh list or struct only when the field is missing (`.get` would
+                # build one for every message, present or not).
+                lines.append(f"    obj = objdict.get({spec.name!r}, _MISSING)")
+                lines.append("    if obj is _MISSING:")
+                lines.append(f"        obj = {default}")
+            else:
+                lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
             lines.append(f"    {spec.con._compilebuild(code)}")
             index += 1
         if self.tagged is not None:
@@ -723,12 +738,18 @@ class KafkaStruct(Construct):
             else:
                 lines.append("    present = []")
                 for spec in self.tagged:
-                    default = _default_expr(spec, code)
-                    lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
                     if callable(spec.default):
-                        # Lists and structs: compare strictly, see `tagged_value_differs`.
-                        lines.append(f"    if tagged_value_differs(obj, {default}):")
+                        # Lists and structs: compare strictly, see `tagged_value_differs`,
+                        # against one default built now (the comparison only reads it). A
+                        # missing field is at its default: not written.
+                        key = f"tagged_default_{code.allocateId()}"
+                        code.linkedinstances[key] = spec.default()
+                        lines.append(f"    obj = objdict.get({spec.name!r}, _MISSING)")
+                        lines.append(f"    if obj is not _MISSING and tagged_value_differs(obj, "
+                                     f"linkedinstances[{key!r}]):")
                     else:
+                        default = _default_expr(spec, code)
+                        lines.append(f"    obj = objdict.get({spec.name!r}, {default})")
                         lines.append(f"    if obj != {default}:")
                     lines.append("        outer = io")
                     lines.append("        io = BytesIO()")
