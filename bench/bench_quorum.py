@@ -5,17 +5,22 @@ Three measurements, each against freshly formatted voters on 127.0.0.1
 each printing its command line and a markdown table:
 
   latency     UpdateFeatures v1 sent straight to the leader, one at a time,
-              interleaved rounds of four kinds: `commit` (alternating upgrade
-              3.8-IV0 -> 3.9-IV0 and safe downgrade back, so every request
-              commits exactly one FeatureLevelRecord through the quorum),
+              interleaved rounds of several kinds: `commit` (group.version
+              0 <-> 1, so every request commits exactly one FeatureLevelRecord
+              through the quorum), `commit_mv` (metadata.version 3.8-IV0 <->
+              3.9-IV0: one record plus the KIP-778 snapshot every node writes
+              before a metadata.version change),
               `validate` (validate_only, through the controller loop, nothing
               written), and the floor's two parts measured in the same run:
               `fsync` (os.write + os.fsync of a batch of the committed size in
               the directory that holds the voters' logs) and `rtt` (an
               ApiVersions v3 round trip to the leader). floor = fsync p50 + rtt
-              p50. At the end the leader's finalized-features epoch must have
-              advanced by exactly the number of commits and every follower must
-              have replayed the same epoch and level.
+              p50. Also `skeleton`: one record committed by
+              bench/raft_skeleton.py, three bare trio processes doing the same
+              exchange with the same fsyncs and nothing else (what Python/trio
+              costs before any logic). At the end the leader's finalized-features
+              epoch must have advanced by exactly the number of commits and every
+              follower must have replayed the same epoch and levels.
   throughput  bench_group_commit.py's cells with `--controllers 3`: C closed-loop
               proposers sending BrokerRegistration v4 (new broker id each) to the
               leader, group commit on/off; records/s and the leader's batches
@@ -43,8 +48,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import time
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -124,6 +132,38 @@ class Flip:
         return elapsed
 
 
+@contextmanager
+def skeleton_quorum(work: Path, followers: int = VOTERS - 1):
+    """bench/raft_skeleton.py's leader and followers as processes; yields a function that
+    commits one record through them and returns the elapsed ns."""
+    directory = work / "skeleton"
+    directory.mkdir()
+    port_file = directory / "leader.port"
+    log_path = directory / "skeleton.log"
+    script = str(Path(__file__).resolve().parent / "raft_skeleton.py")
+    with ExitStack() as stack, open(log_path, "ab") as log:
+        leader = subprocess.Popen([common.PYTHON, script, "leader", "--dir", str(directory), "--followers",
+                                   str(followers), "--port-file", str(port_file)], stdout=log, stderr=log)
+        stack.callback(common.stop, leader)
+        port = common._wait_port_file(leader, port_file, "raft skeleton leader", log_path)
+        for _ in range(followers):
+            follower = subprocess.Popen([common.PYTHON, script, "follower", "--dir", str(directory), "--port",
+                                         str(port)], stdout=log, stderr=log)
+            stack.callback(common.stop, follower)
+        sock = stack.enter_context(socket.create_connection((common.HOST, port), timeout=common.SOCKET_TIMEOUT_S))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(len(b"C").to_bytes(4, "big") + b"C")
+        request = len(b"r" * 88).to_bytes(4, "big") + b"r" * 88  # a FeatureLevelRecord's size
+
+        def commit() -> int:
+            started = time.perf_counter_ns()
+            sock.sendall(request)
+            common.recv_exact(sock, 12)
+            return time.perf_counter_ns() - started
+
+        yield commit
+
+
 def commit_flip(conn: common.Conn, level: int) -> tuple[int, int, str | None, int]:
     """Moves metadata.version to the other level, reporting errors instead of raising
     (failover retries NOT_CONTROLLER). (new level, error, message, ns)."""
@@ -157,13 +197,15 @@ def run_latency(args) -> int:
     sample_batch = encode_batch(0, 1, [encode_metadata_record(record(
         FEATURE_LEVEL_RECORD, {"name": GROUP_VERSION, "feature_level": 1}))], 1_700_000_000_000)
     work = common.work_dir(args.dir, "bench_quorum_latency_")
-    samples: dict[str, list[int]] = {"fsync": [], "rtt": [], "validate": [], "commit": [], "commit_mv": []}
+    samples: dict[str, list[int]] = {"fsync": [], "rtt": [], "skeleton": [], "validate": [], "commit": [],
+                                     "commit_mv": []}
     commits = 0
     try:
         profile_dir = Path(args.profile_dir).resolve() if args.profile_dir else None
         if profile_dir:
             profile_dir.mkdir(parents=True, exist_ok=True)
-        with common.kraftwerk_quorum(work, VOTERS, "3.8-IV0", overrides, profile_dir=profile_dir) as (quorum, leader):
+        with common.kraftwerk_quorum(work, VOTERS, "3.8-IV0", overrides, profile_dir=profile_dir) as (quorum, leader), \
+                skeleton_quorum(work) as skeleton_commit:
             print(f"leader: controller {leader}", file=sys.stderr)
             conn = common.Conn(quorum.port(leader), "bench-quorum")
             raw_fd = os.open(work / "fsync-floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -202,7 +244,13 @@ def run_latency(args) -> int:
                     if out is not None:
                         out.append(time.perf_counter_ns() - started)
 
-                kinds = {"fsync": (fsync, per_round), "rtt": (rtt, per_round), "validate": (validate, per_round),
+                def skeleton(out):
+                    elapsed = skeleton_commit()
+                    if out is not None:
+                        out.append(elapsed)
+
+                kinds = {"fsync": (fsync, per_round), "rtt": (rtt, per_round), "skeleton": (skeleton, per_round),
+                         "validate": (validate, per_round),
                          "commit": (committing(group), per_round), "commit_mv": (committing(mv), mv_per_round)}
                 for run, _ in kinds.values():
                     for _ in range(WARMUP_PER_KIND):
@@ -234,13 +282,16 @@ def run_latency(args) -> int:
           f"(one FeatureLevelRecord); `commit_mv` flips metadata.version 3.8-IV0 <-> 3.9-IV0 (one record, plus the "
           f"KIP-778 snapshot every node writes before a metadata.version change). fsync writes "
           f"{len(sample_batch)} B (one FeatureLevelRecord batch) in the voters' parent directory; rtt = "
-          f"ApiVersions v3 to the leader. Overrides: {overrides or 'none'}. {os.cpu_count()} CPUs shared by the "
+          f"ApiVersions v3 to the leader; skeleton = one 88-byte record committed by bench/raft_skeleton.py's "
+          f"three bare trio processes (the same messages and fsyncs, no codec or logic). "
+          f"Overrides: {overrides or 'none'}. {os.cpu_count()} CPUs shared by the "
           f"client and three controllers, nothing pinned.\n")
     f50, r50 = us(samples["fsync"], 0.50), us(samples["rtt"], 0.50)
     f99, r99 = us(samples["fsync"], 0.99), us(samples["rtt"], 0.99)
     floor50, floor99 = f50 + r50, f99 + r99
     rows = []
     for name, label in (("fsync", "fsync (os.write + os.fsync)"), ("rtt", "loopback round trip (ApiVersions)"),
+                        ("skeleton", "the same commit pattern in bare trio (bench/raft_skeleton.py)"),
                         ("validate", "UpdateFeatures validate_only=true"),
                         ("commit", "UpdateFeatures committed by the quorum (group.version, 1 record)"),
                         ("commit_mv", "UpdateFeatures metadata.version (1 record + KIP-778 snapshot)")):
@@ -251,8 +302,10 @@ def run_latency(args) -> int:
     print(common.markdown_table(["kind", "samples", "p50 µs", "p99 µs", "p50 / floor p50", "p99 / floor p99"], rows))
     c50 = us(samples["commit"], 0.50)
     verdict = "met" if c50 <= 3 * floor50 else "NOT met"
+    s50 = us(samples["skeleton"], 0.50)
     print(f"\ncommitted p50 / floor p50 = {c50 / floor50:.2f} (goal <= 3: {verdict}); committed p50 - validate "
-          f"p50 = {c50 - us(samples['validate'], 0.50):,.0f} µs (what replication + durability add).")
+          f"p50 = {c50 - us(samples['validate'], 0.50):,.0f} µs (what replication + durability add); bare-trio "
+          f"skeleton p50 / floor p50 = {s50 / floor50:.2f}, committed p50 / skeleton p50 = {c50 / s50:.2f}.")
     return 0
 
 
