@@ -166,6 +166,9 @@ class ControllerLoop:
         self._send, self._receive = trio.open_memory_channel(queue_max_commands)
         self._pending: list[_Entry] = []
         self._in_flight: list[_Entry] = []
+        # (epoch, end offset) of the in-flight batch once proposed: the replay task answers
+        # its commands as soon as it has replayed that batch (see `_answer_replayed`).
+        self._in_flight_mark: tuple[int, int] | None = None
         # Commands that arrived while a transaction was open (see the module's rules).
         self._held: list[tuple[Command, _Reply]] = []
         self._work = trio.Event()
@@ -258,6 +261,7 @@ class ControllerLoop:
                     if self._on_commit is not None:
                         self._on_commit(records, item.base_offset)
                 self.replayed_end_offset = item.next_offset
+                self._answer_replayed(item)
                 if self._after_replay is not None:
                     await self._after_replay(item)
             self._replayed.set()
@@ -284,6 +288,18 @@ class ControllerLoop:
     async def wait_replayed(self, end_offset: int) -> None:
         """Until everything below `end_offset` is in the committed state."""
         await self._wait_replayed(end_offset)
+
+    def _answer_replayed(self, item: CommittedBatch) -> None:
+        """Answers the in-flight commands once their batch is replayed, from the replay task
+        itself: the committer, which also answers them after `_wait_replayed`, would add a
+        task switch to every write's reply. The batch is ours only if it carries the epoch
+        it was proposed in (a later leader may have written other records at its offsets)."""
+        mark = self._in_flight_mark
+        if mark is None or item.epoch != mark[0] or item.next_offset != mark[1]:
+            return
+        self._in_flight_mark = None
+        for entry in self._in_flight:
+            entry.reply.resolve(entry.result)
 
     # -- the leadership task ---------------------------------------------------------------
     async def _follow_leadership(self) -> None:
@@ -396,6 +412,7 @@ class ControllerLoop:
                         self._deactivate()
                 finally:
                     self._in_flight = []
+                    self._in_flight_mark = None
 
     def _take_batch(self) -> list[_Entry]:
         """Everything queued, up to `max_batch_records` records (at least one entry)."""
@@ -422,6 +439,7 @@ class ControllerLoop:
                           expected=first, got=base_offset)
                 raise NotLeaderError(self.driver.leader_id, self.driver.epoch)
             last_offset = base_offset + len(values) - 1
+            self._in_flight_mark = (epoch, last_offset + 1)
             await self.driver.wait_committed(last_offset, epoch)
             await self._wait_replayed(last_offset + 1)
             self.proposals += 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -62,14 +63,17 @@ class BackoffPolicy:
 
 
 class _Waiter:
-    __slots__ = ("event", "payload", "error", "api_key", "version")
+    __slots__ = ("event", "payload", "error", "api_key", "version", "on_response", "body", "decoded")
 
-    def __init__(self, api_key: int, version: int) -> None:
+    def __init__(self, api_key: int, version: int, on_response: Callable[[dict], None] | None = None) -> None:
         self.event = trio.Event()
         self.payload: bytes | None = None
         self.error: Exception | None = None
         self.api_key = api_key
         self.version = version
+        self.on_response = on_response
+        self.body: dict | None = None
+        self.decoded = False
 
 
 class PeerConnection:
@@ -211,9 +215,21 @@ class PeerConnection:
                     if waiter is None:
                         raise PeerUnavailable(f"unexpected correlation id {correlation_id}")
                     waiter.payload = payload
+                    if waiter.on_response is not None:
+                        self._deliver_early(waiter)
                     waiter.event.set()
         except FrameError as exc:
             raise PeerUnavailable(str(exc)) from None
+
+    def _deliver_early(self, waiter: _Waiter) -> None:
+        # From the read loop, so the response reaches its consumer without waking the
+        # requesting task first; undecodable bytes are left to that task to report.
+        try:
+            waiter.body = decode_response(waiter.api_key, waiter.version, waiter.payload)[1]
+        except DecodeError:
+            return
+        waiter.decoded = True
+        waiter.on_response(waiter.body)
 
     def _fail_pending(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
@@ -232,8 +248,11 @@ class PeerConnection:
             raise PeerUnavailable(f"no common version of {api_name(api_key)} with node {self.address.node_id}")
         return version
 
-    async def request(self, api_key: int, body: dict, timeout_s: float, version: int | None = None):
-        """Sends one request and returns the decoded response body."""
+    async def request(self, api_key: int, body: dict, timeout_s: float, version: int | None = None,
+                      on_response: Callable[[dict], None] | None = None):
+        """Sends one request and returns the decoded response body. `on_response(body)`,
+        if given, is called from the connection's read loop as soon as the response is
+        decoded (before this returns it); it must not raise."""
         with trio.fail_after(timeout_s):
             # Each wait below is skipped when it would not block: a trio wait on a set
             # event or a free semaphore still costs a scheduling round.
@@ -247,17 +266,18 @@ class PeerConnection:
             try:
                 if version is None:
                     version = self.choose_version(api_key)
-                return await self._exchange(api_key, version, body)
+                return await self._exchange(api_key, version, body, on_response)
             finally:
                 slots.release()
 
-    async def _exchange(self, api_key: int, version: int, body: dict):
+    async def _exchange(self, api_key: int, version: int, body: dict,
+                        on_response: Callable[[dict], None] | None = None):
         stream = self._stream
         if stream is None:
             raise PeerUnavailable(f"not connected to node {self.address.node_id}")
         correlation_id = next(self._correlation)
         data = encode_request(api_key, version, correlation_id, self._client_id, body)
-        waiter = _Waiter(api_key, version)
+        waiter = _Waiter(api_key, version, on_response)
         self._pending[correlation_id] = waiter
         try:
             lock = self._send_lock
@@ -276,6 +296,8 @@ class PeerConnection:
             self._pending.pop(correlation_id, None)
         if waiter.error is not None:
             raise waiter.error
+        if waiter.decoded:
+            return waiter.body
         try:
             return decode_response(api_key, version, waiter.payload)[1]
         except DecodeError as exc:

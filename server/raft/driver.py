@@ -752,11 +752,26 @@ class RaftDriver:
             timeout_ms = self.config.fetch_max_wait_ms + self.config.request_timeout_ms
         else:
             timeout_ms = self.config.request_timeout_ms
+        delivered = False
+
+        def deliver(early: Body) -> None:
+            # Straight from the peer's read loop into the inbox: the response does not
+            # wait for this task to be scheduled first.
+            nonlocal delivered
+            try:
+                self._send_channel.send_nowait(_Response(destination, api_key, body, early))
+            except (trio.WouldBlock, trio.ClosedResourceError):
+                return
+            delivered = True
+
         if peer is not None:
             try:
-                response = await peer.request(api_key, body, timeout_ms / 1000, version=WIRE_VERSIONS[ApiKey(api_key)])
+                response = await peer.request(api_key, body, timeout_ms / 1000, version=WIRE_VERSIONS[ApiKey(api_key)],
+                                              on_response=deliver)
             except (PeerUnavailable, trio.TooSlowError):
                 response = None
+        if delivered:
+            return
         try:
             await self._send_channel.send(_Response(destination, api_key, body, response))
         except trio.ClosedResourceError:
