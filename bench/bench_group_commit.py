@@ -72,11 +72,13 @@ from protocol.header import REQUEST_HEADER, RESPONSE_HEADER  # noqa: E402
 from protocol.metadata_records import REGISTER_BROKER_RECORD  # noqa: E402
 from protocol.records import decode_metadata_record  # noqa: E402
 from protocol.registry import API_MESSAGES  # noqa: E402
+from server.controller.features import metadata_version_from_name  # noqa: E402
+from server.gating import max_allowed_version  # noqa: E402
 from server.observability import configure_logging  # noqa: E402
 from server.storage.log import MetadataLog  # noqa: E402
 
 BROKER_REGISTRATION_KEY = 62
-BROKER_REGISTRATION_VERSION = 4
+BROKER_REGISTRATION_MAX_VERSION = 4
 # BrokerRegistration is flexible in every version: request header v2, response header v1.
 REQUEST_HEADER_VERSION, RESPONSE_HEADER_VERSION = 2, 1
 DEFAULT_METADATA_VERSION = "3.7-IV1"  # the last level before directory assignment (see above)
@@ -104,8 +106,15 @@ REQUEST, RESPONSE = API_MESSAGES[BROKER_REGISTRATION_KEY]
 # requests
 # --------------------------------------------------------------------------
 
-def registration_frame(cluster_id: str, broker_id: int, correlation_id: int) -> bytes:
-    """A BrokerRegistration v4 frame for a broker never seen before (fresh incarnation and log dir)."""
+def registration_version(metadata_version: str) -> int:
+    """The highest BrokerRegistration version the controller accepts at `metadata_version`
+    (KIP-778 gating, server/gating.py: v2+ carry log directories, from 3.7-IV2)."""
+    level = metadata_version_from_name(metadata_version).level
+    return max_allowed_version(BROKER_REGISTRATION_KEY, 0, BROKER_REGISTRATION_MAX_VERSION, level)
+
+
+def registration_frame(cluster_id: str, broker_id: int, correlation_id: int, version: int) -> bytes:
+    """A BrokerRegistration frame for a broker never seen before (fresh incarnation and log dir)."""
     body = {
         "broker_id": broker_id,
         "cluster_id": cluster_id,
@@ -121,19 +130,19 @@ def registration_frame(cluster_id: str, broker_id: int, correlation_id: int) -> 
         "previous_broker_epoch": -1,
     }
     payload = REQUEST_HEADER.encode(REQUEST_HEADER_VERSION, {
-        "request_api_key": BROKER_REGISTRATION_KEY, "request_api_version": BROKER_REGISTRATION_VERSION,
+        "request_api_key": BROKER_REGISTRATION_KEY, "request_api_version": version,
         "correlation_id": correlation_id, "client_id": "bench-group-commit",
-    }) + REQUEST.encode(BROKER_REGISTRATION_VERSION, body)
+    }) + REQUEST.encode(version, body)
     return _SIZE.pack(len(payload)) + payload
 
 
-def parse_reply(frame: bytes | memoryview, correlation_id: int, broker_id: int) -> int:
+def parse_reply(frame: bytes | memoryview, correlation_id: int, broker_id: int, version: int) -> int:
     """Checks one BrokerRegistration reply; returns its broker epoch (the record's offset)."""
     stream = BytesIO(frame)
     header = RESPONSE_HEADER.decode(RESPONSE_HEADER_VERSION, stream)
     if header.correlation_id != correlation_id:
         raise RuntimeError(f"correlation id {header.correlation_id}, expected {correlation_id}")
-    reply = RESPONSE.decode(BROKER_REGISTRATION_VERSION, stream)
+    reply = RESPONSE.decode(version, stream)
     if reply.error_code != 0:
         raise RuntimeError(f"BrokerRegistration of broker {broker_id} failed with error code {reply.error_code}")
     return reply.broker_epoch
@@ -166,7 +175,7 @@ class CellRun:
 
 
 def drive(port: int, cluster_id: str, connections: int, warmup_s: float, duration_s: float,
-          max_requests: int) -> CellRun:
+          max_requests: int, version: int) -> CellRun:
     """Closed loop: each proposer sends its next registration as soon as the previous one is answered."""
     run = CellRun()
     next_broker_id = FIRST_BROKER_ID
@@ -179,7 +188,7 @@ def drive(port: int, cluster_id: str, connections: int, warmup_s: float, duratio
         proposer.correlation += 1
         proposer.broker_id = next_broker_id
         next_broker_id += 1
-        frame = registration_frame(cluster_id, proposer.broker_id, proposer.correlation)
+        frame = registration_frame(cluster_id, proposer.broker_id, proposer.correlation, version)
         proposer.sent_at = now
         written = proposer.sock.send(frame)  # ~150 B: fits an empty socket buffer at once
         if written < len(frame):
@@ -225,7 +234,8 @@ def drive(port: int, cluster_id: str, connections: int, warmup_s: float, duratio
                     continue
                 if len(proposer.buffer) > 4 + size:
                     raise RuntimeError("more than one reply to one request")
-                offset = parse_reply(memoryview(proposer.buffer)[4:], proposer.correlation, proposer.broker_id)
+                offset = parse_reply(memoryview(proposer.buffer)[4:], proposer.correlation, proposer.broker_id,
+                                     version)
                 proposer.buffer.clear()
                 if offset in run.acked:
                     raise RuntimeError(f"two registrations acknowledged at offset {offset}")
@@ -351,7 +361,8 @@ def run_cell(parent: Path, group_commit: bool, connections: int, args, batch_byt
     cluster_id = common.random_cluster_id()
     with controllers(work, args.controllers, group_commit, cluster_id, args.metadata_version) as (port, pid, log_dir):
         cpu_before = common.process_cpu_s(pid)
-        run = drive(port, cluster_id, connections, args.warmup_s, args.duration_s, args.max_requests)
+        run = drive(port, cluster_id, connections, args.warmup_s, args.duration_s, args.max_requests,
+                    registration_version(args.metadata_version))
         server_cpu_s = common.process_cpu_s(pid) - cpu_before
     batches, registered = read_log(log_dir)
     verify(run, registered)
@@ -425,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--duration-s must be positive and --warmup-s not negative")
 
     configure_logging("warning")  # MetadataLog.open's info lines would land among the results
-    sample_frame = registration_frame("x" * 22, FIRST_BROKER_ID, 1)
+    version = registration_version(args.metadata_version)
+    sample_frame = registration_frame("x" * 22, FIRST_BROKER_ID, 1, version)
     work = common.work_dir(args.dir, "bench_group_commit_")
     results: list[CellResult] = []
     try:
@@ -443,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"a {args.controllers}-voter Raft quorum (proposers send to the leader; log and CPU are "
                         f"the leader's)")
     print(f"$ {common.command_line()}")
-    print(f"BrokerRegistration v{BROKER_REGISTRATION_VERSION} ({len(sample_frame)} B), each a new broker id: one "
+    print(f"BrokerRegistration v{version} ({len(sample_frame)} B), each a new broker id: one "
           f"RegisterBrokerRecord per request; {controllers_text} (metadata.version {args.metadata_version}), fresh "
           f"per cell, on 127.0.0.1; C closed-loop connections, one request in flight each, on one selectors loop "
           f"in one load-generator process; {args.warmup_s:g} s warm-up + {args.duration_s:g} s measured per "
