@@ -8,10 +8,11 @@ import time
 
 import trio
 
+from protocol.errors import ErrorCode
 from server.net.peer import PeerAddress
 from server.raft.core import RaftConfig, Role
 from server.raft.driver import CommittedBatch, RaftDriver
-from server.raft.messages import ApiKey, vote_request
+from server.raft.messages import ApiKey, fetch_request, vote_request
 from server.raft.quorum_state import FileQuorumStateStore, QuorumState
 from server.raft.storage import MetadataRaftLog
 from server.storage.log import MetadataLog
@@ -85,3 +86,68 @@ async def test_a_vote_is_answered_only_after_it_is_durable(tmp_path):
     finally:
         log.close()
     assert events == [("persisted", QuorumState(epoch=1, voted_id=2)), ("answered", True)]
+
+
+async def test_an_offered_request_is_answered_exactly_once_even_when_the_inbox_is_full(tmp_path):
+    """offer_request never waits: with no room in the inbox the requester is told
+    BROKER_NOT_AVAILABLE at once (it retries), and a request that got in is answered by
+    the core, once."""
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=60_000)
+    log = MetadataLog.open(tmp_path)
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                            random.Random(3), inbox_capacity=1)
+        answers: dict[int, list] = {1: [], 2: [], 3: []}
+        # Not running yet: answered at once.
+        driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False), answers[1].append)
+        assert [a["error_code"] for a in answers[1]] == [ErrorCode.BROKER_NOT_AVAILABLE]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            # Two offers without a checkpoint between them: the driver cannot take the
+            # first before the second arrives, so the second finds the inbox full.
+            driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False),
+                                 answers[2].append)
+            driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False),
+                                 answers[3].append)
+            assert [a["error_code"] for a in answers[3]] == [ErrorCode.BROKER_NOT_AVAILABLE]
+            assert answers[2] == []
+            with trio.fail_after(10):
+                while not answers[2]:
+                    await driver.wait_changed()
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert len(answers[2]) == 1 and answers[2][0]["error_code"] == ErrorCode.NONE
+    assert [len(a) for a in answers.values()] == [1, 1, 1]
+
+
+async def test_a_parked_fetch_is_answered_when_the_driver_stops(tmp_path):
+    """A long-poll Fetch waits inside the driver with no task behind it: stopping the
+    driver answers it (BROKER_NOT_AVAILABLE), so the requester's connection is not left
+    waiting for kraftwerk.request.timeout.ms."""
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200,
+                        fetch_max_wait_ms=60_000)
+    log = MetadataLog.open(tmp_path)
+    answers: list = []
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                            random.Random(4))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            with trio.fail_after(10):
+                while not driver.leader_ready:
+                    await driver.wait_changed()
+            end, epoch = driver.log_end_offset, driver.epoch
+            # An observer (id 9) fetching at the log end: nothing to send, so it parks.
+            driver.offer_request(9, ApiKey.FETCH, fetch_request(CLUSTER, 9, epoch, end, epoch, 60_000, 1 << 20),
+                                 answers.append)
+            with trio.fail_after(10):
+                while 9 not in driver.describe().observers:  # the driver took it (and parked it)
+                    await trio.lowlevel.checkpoint()
+            assert answers == []
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert [a["error_code"] for a in answers] == [ErrorCode.BROKER_NOT_AVAILABLE]
