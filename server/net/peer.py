@@ -62,6 +62,15 @@ class BackoffPolicy:
         return base * (1 + self.jitter * (2 * rng.random() - 1))
 
 
+async def _acquire(resource: trio.Lock | trio.Semaphore) -> None:
+    """Acquires `resource` with no scheduling round when it is free (trio's `acquire`
+    always yields once; on the commit path every round counts)."""
+    try:
+        resource.acquire_nowait()
+    except trio.WouldBlock:
+        await resource.acquire()
+
+
 class _Waiter:
     __slots__ = ("event", "payload", "error", "api_key", "version", "on_response", "body", "decoded")
 
@@ -254,21 +263,17 @@ class PeerConnection:
         if given, is called from the connection's read loop as soon as the response is
         decoded (before this returns it); it must not raise."""
         with trio.fail_after(timeout_s):
-            # Each wait below is skipped when it would not block: a trio wait on a set
-            # event or a free semaphore still costs a scheduling round.
+            # No wait where it would not block: a trio wait on a set event still costs a
+            # scheduling round.
             if not self._connected.is_set():
                 await self._connected.wait()
-            slots = self._slots
-            try:
-                slots.acquire_nowait()
-            except trio.WouldBlock:
-                await slots.acquire()
+            await _acquire(self._slots)
             try:
                 if version is None:
                     version = self.choose_version(api_key)
                 return await self._exchange(api_key, version, body, on_response)
             finally:
-                slots.release()
+                self._slots.release()
 
     async def _exchange(self, api_key: int, version: int, body: dict,
                         on_response: Callable[[dict], None] | None = None):
@@ -280,15 +285,11 @@ class PeerConnection:
         waiter = _Waiter(api_key, version, on_response)
         self._pending[correlation_id] = waiter
         try:
-            lock = self._send_lock
-            try:
-                lock.acquire_nowait()
-            except trio.WouldBlock:
-                await lock.acquire()
+            await _acquire(self._send_lock)
             try:
                 await stream.send_all(data)
             finally:
-                lock.release()
+                self._send_lock.release()
             await waiter.event.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise PeerUnavailable(f"connection to node {self.address.node_id} lost: {exc}") from None
