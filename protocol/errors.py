@@ -32,6 +32,7 @@ class ErrorCode(IntEnum):
     BROKER_NOT_AVAILABLE = 8
     REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
     NETWORK_EXCEPTION = 13
     INVALID_TOPIC_EXCEPTION = 17
     TOPIC_AUTHORIZATION_FAILED = 29
@@ -67,3 +68,12 @@ class ErrorCode(IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+
+
+def error_name(code: int) -> str:
+    """The name of a Kafka error code, for logs and messages; a code this table lacks (a
+    peer may send any int16) is named by its number instead of raising."""
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"

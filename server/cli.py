@@ -536,9 +536,12 @@ async def describe_migration(args) -> list[str]:
 
 def rollback_zookeeper(hosts: str) -> list[str]:
     """KIP-866's last rollback step, after the brokers run in ZooKeeper mode again and the
-    KRaft quorum was shut down cleanly: remove the persistent /controller and
-    /controller_epoch the KRaft controller wrote, so ZooKeeper brokers elect a controller.
-    /migration is left (a later migration starts over from the log, never from it)."""
+    KRaft quorum was shut down cleanly, as Kafka's procedure does it: delete the persistent
+    /controller the KRaft controller wrote, so ZooKeeper brokers elect a controller, and
+    /migration, so that a later migration can be attempted (a fresh quorum starts at epoch
+    1, and /migration naming an older quorum's higher epoch would fence it for good).
+    /controller_epoch stays: controller epochs only grow, and brokers refuse an older one
+    (STALE_CONTROLLER_EPOCH), so whoever controls next counts on from it."""
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoNodeError
 
@@ -560,11 +563,11 @@ def rollback_zookeeper(hosts: str) -> list[str]:
         lines.append(f"deleted /controller (KRaft controller {controller.broker_id}, "
                      f"epoch {controller.kraft_controller_epoch})")
         try:
-            client.delete(zp.CONTROLLER_EPOCH_PATH)
-            lines.append("deleted /controller_epoch")
+            client.delete(zp.MIGRATION_PATH)
+            lines.append("deleted /migration (a later migration can be attempted)")
         except NoNodeError:
             pass
-        lines.append("ZooKeeper brokers can elect a controller again; /migration is kept (harmless)")
+        lines.append("ZooKeeper brokers can elect a controller again; /controller_epoch is kept (epochs only grow)")
         return lines
     finally:
         client.stop()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from protocol.errors import DecodeError, ErrorCode
+from protocol.errors import DecodeError, ErrorCode, error_name
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
 from server.net.framing import FrameDecoder
@@ -84,7 +84,7 @@ class KafkaClient:
             version = min(ranges.get(18, 0), version)
             response = await self.request(18, version, body)
         if response.error_code != ErrorCode.NONE:
-            raise ClientError(f"ApiVersions failed with error {ErrorCode(response.error_code).name}")
+            raise ClientError(f"ApiVersions failed with error {error_name(response.error_code)}")
         self.api_versions = {k.api_key: ApiRange(k.min_version, k.max_version) for k in response.api_keys}
         self.api_versions_response = response
 

@@ -47,7 +47,7 @@ from typing import Callable
 import trio
 
 from protocol.apis import migration_check, update_metadata
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, error_name
 from protocol.records import decode_metadata_record
 from server.client import ClientError, KafkaClient
 from server.controller.commands import ControllerResult
@@ -441,7 +441,7 @@ class MigrationDriver:
         except (ClientError, OSError, trio.TooSlowError) as exc:
             return BrokerCheck(broker_id, None, False, max_mv, str(exc) or type(exc).__name__)
         if response.error_code != ErrorCode.NONE:
-            return BrokerCheck(broker_id, None, False, max_mv, f"error {ErrorCode(response.error_code).name}")
+            return BrokerCheck(broker_id, None, False, max_mv, f"error {error_name(response.error_code)}")
         return BrokerCheck(broker_id, zp.kafka_uuid_string(response.cluster_id), bool(response.config_enabled), max_mv)
 
     async def _wait_for_preconditions(self, zk: ZkSession) -> None:
@@ -661,7 +661,7 @@ class MigrationDriver:
                                                          client_id=f"kraftwerk-controller-{self.node.config.node_id}") as client:
                         await client.negotiate()
                         response = await client.request(update_metadata.REQUEST.api_key, 8, request)
-                outcome = ErrorCode(response.error_code).name
+                outcome = error_name(response.error_code)
             except (ClientError, OSError, trio.TooSlowError) as exc:
                 outcome = f"failed: {exc or type(exc).__name__}"
             log.info(Event.MIGRATION_UPDATE_METADATA_SENT, broker_id=broker_id, outcome=outcome,

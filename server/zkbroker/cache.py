@@ -25,7 +25,7 @@ from typing import Any
 from protocol.errors import ErrorCode
 
 # Kafka's error codes that protocol/errors.py does not list.
-STALE_CONTROLLER_EPOCH = 11
+STALE_CONTROLLER_EPOCH = int(ErrorCode.STALE_CONTROLLER_EPOCH)
 UNKNOWN_TOPIC_ID = 100
 
 LEADER_DURING_DELETE = -2

@@ -200,18 +200,25 @@ def test_rollback_then_a_second_migration(cluster, moved_brokers):
         cluster.stop(spec.node_id)
     from server.cli import rollback_zookeeper
 
+    epoch_before = cluster.zookeeper_image().controller_epoch
     lines = rollback_zookeeper(cluster.zk_hosts)
     assert any("deleted /controller" in line for line in lines)
     image = cluster.zookeeper_image()
     assert image.controller is None
+    # Controller epochs only grow: brokers that saw the KRaft controller's epoch refuse an
+    # older one, so the rollback keeps /controller_epoch for whoever controls next.
+    assert image.controller_epoch == epoch_before is not None
     assert image.topic_configs[topics[0]].config[RETENTION] == "4242"  # nothing committed was lost
-    assert image.migration is not None  # left behind, stale
+    # Kafka's rollback deletes /migration: a fresh quorum starts at epoch 1, and a /migration
+    # naming the old quorum's later leader (a higher epoch) would fence it for good.
+    assert image.migration is None
 
     # A second migration from the rolled-back state, with a fresh quorum.
     cluster.reset_quorum()
     cluster.start_controllers()
     view = cluster.wait_state("MigrationActive")
     assert view.zk_brokers == (1, 2, 3)
+    assert cluster.zookeeper_image().controller_epoch > epoch_before
     caught_up = cluster.wait_caught_up()
     cluster.wait_controllers_in_step()
     assert kraft_configs(cluster, topics)[topics[0]] == "4242"
