@@ -504,13 +504,11 @@ class RaftDriver:
         if not self._running:
             raise DriverStopped("the raft driver is not running")
         try:
-            # No scheduling round when there is room (callers wait for the reply next).
-            self._send_channel.send_nowait(item)
-        except trio.WouldBlock:
             try:
+                # No scheduling round when there is room (callers wait for the reply next).
+                self._send_channel.send_nowait(item)
+            except trio.WouldBlock:
                 await self._send_channel.send(item)
-            except trio.ClosedResourceError:
-                raise DriverStopped("the raft driver stopped") from None
         except trio.ClosedResourceError:
             raise DriverStopped("the raft driver stopped") from None
 
