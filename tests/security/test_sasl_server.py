@@ -15,14 +15,11 @@ import trio
 import trio.testing
 from structlog.testing import capture_logs
 
-from server.broker.lifecycle import BrokerState
-from server.broker.node import BrokerNode
 from server.client import ClientError, KafkaClient
-from server.config import Listener, ServerConfig, VoterAddress, config_from_properties
+from server.config import config_from_properties
 from server.controller.commands import bootstrap_records
 from server.controller.scram_commands import bootstrap_scram_records
 from server.dispatch import Dispatcher
-from server.local_cluster import free_port_run
 from server.net.listener import Connection, serve_connection
 from server.node import ControllerNode, write_bootstrap_checkpoint
 from server.security.model import ANONYMOUS, KafkaPrincipal
@@ -256,37 +253,10 @@ async def test_kafka_python_manages_scram_users_and_the_new_user_logs_in(tmp_pat
 
 # -- through a broker agent ----------------------------------------------------------------
 
-@asynccontextmanager
-async def controller_and_broker(tmp_path: Path):
-    cluster_id = random_uuid_string()
-    port = free_port_run(1)
-    voters = (VoterAddress(1, "127.0.0.1", port),)
-    for name, node_id, bootstrap in (("controller", 1, True), ("broker", 100, False)):
-        directory = tmp_path / name
-        directory.mkdir(parents=True)
-        if bootstrap:
-            write_bootstrap_checkpoint(directory, bootstrap_records(MV_3_7_IV4)
-                                       + bootstrap_scram_records(BOOTSTRAP_USERS, MV_3_7_IV4))
-        write_meta_properties(directory, MetaProperties(cluster_id=cluster_id, node_id=node_id,
-                                                        directory_id=random_uuid_string()))
-    controller = ControllerNode(ServerConfig(node_id=1, listener=Listener("CONTROLLER", "127.0.0.1", port),
-                                             metadata_log_dir=tmp_path / "controller", quorum_voters=voters))
-    broker = BrokerNode(ServerConfig(node_id=100, listener=Listener("PLAINTEXT", "127.0.0.1", 0),
-                                     metadata_log_dir=tmp_path / "broker", quorum_voters=voters,
-                                     process_roles=("broker",), broker_heartbeat_interval_ms=100))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(controller.run)
-        await nursery.start(broker.run)
-        await broker.lifecycle.wait_state(BrokerState.RUNNING)
-        try:
-            yield controller, broker
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def test_broker_forwards_alterations_and_authenticates_from_its_own_image(tmp_path):
+async def test_broker_forwards_alterations_and_authenticates_from_its_own_image(controller_and_broker):
     with trio.fail_after(TIMEOUT_S):
-        async with controller_and_broker(tmp_path) as (controller, broker):
+        async with controller_and_broker(bootstrap_scram_records(BOOTSTRAP_USERS, MV_3_7_IV4)) as (
+                controller, broker):
             async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
                 assert {17, 36, 50, 51} <= set(client.api_versions)
                 salt = os.urandom(16)

@@ -244,42 +244,9 @@ async def test_acl_lifecycle_over_the_wire(tmp_path):
 # -- through a broker agent ------------------------------------------------------------------
 
 
-@asynccontextmanager
-async def controller_and_broker(tmp_path: Path, **extra: str):
-    from server.broker.lifecycle import BrokerState
-    from server.broker.node import BrokerNode
-    from server.config import VoterAddress
-    from server.local_cluster import free_port_run
-
-    cluster_id = random_uuid_string()
-    port = free_port_run(1)
-    voters = (VoterAddress(1, "127.0.0.1", port),)
-    for name, node_id, bootstrap in (("controller", 1, True), ("broker", 100, False)):
-        directory = tmp_path / name
-        directory.mkdir(parents=True)
-        if bootstrap:
-            write_bootstrap_checkpoint(directory, bootstrap_records(MV_3_7_IV4))
-        write_meta_properties(directory, MetaProperties(cluster_id=cluster_id, node_id=node_id,
-                                                        directory_id=random_uuid_string()))
-    controller_node = ControllerNode(ServerConfig(
-        node_id=1, listener=Listener("CONTROLLER", "127.0.0.1", port), metadata_log_dir=tmp_path / "controller",
-        quorum_voters=voters, extra=dict(extra)))
-    broker = BrokerNode(ServerConfig(
-        node_id=100, listener=Listener("PLAINTEXT", "127.0.0.1", 0), metadata_log_dir=tmp_path / "broker",
-        quorum_voters=voters, process_roles=("broker",), broker_heartbeat_interval_ms=100, extra=dict(extra)))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(controller_node.run)
-        await nursery.start(broker.run)
-        await broker.lifecycle.wait_state(BrokerState.RUNNING)
-        try:
-            yield controller_node, broker
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def test_broker_forwards_acl_writes_and_describes_from_its_image(tmp_path):
+async def test_broker_forwards_acl_writes_and_describes_from_its_image(controller_and_broker):
     with trio.fail_after(TIMEOUT_S):
-        async with controller_and_broker(tmp_path, **{"authorizer.class.name": AUTHORIZER,
+        async with controller_and_broker(**{"authorizer.class.name": AUTHORIZER,
                                                       "super.users": "User:ANONYMOUS"}) as (controller_node, broker):
             assert broker.authorizer is not None
             async with await KafkaClient.connect("127.0.0.1", broker.port) as client:

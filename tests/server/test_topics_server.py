@@ -9,21 +9,14 @@ reads from its own replayed image.
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 import trio
 
 from protocol.errors import ErrorCode
-from server.broker.lifecycle import BrokerState
-from server.broker.node import BrokerNode
 from server.client import KafkaClient
-from server.config import Listener, ServerConfig, VoterAddress
-from server.controller.commands import bootstrap_records
+from server.config import Listener, ServerConfig
 from server.controller.state import RESOURCE_BROKER, RESOURCE_TOPIC
-from server.local_cluster import free_port_run
-from server.node import ControllerNode, write_bootstrap_checkpoint
-from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
+from server.node import ControllerNode
 
 from node_harness import running_node
 
@@ -145,39 +138,9 @@ async def test_topics_survive_a_restart(tmp_path):
 # -- through a broker agent --------------------------------------------------------------
 
 
-def _format(directory: Path, cluster_id: str, node_id: int, with_bootstrap: bool) -> None:
-    directory.mkdir(parents=True)
-    if with_bootstrap:
-        write_bootstrap_checkpoint(directory, bootstrap_records(MV_3_7_IV4))
-    write_meta_properties(directory, MetaProperties(cluster_id=cluster_id, node_id=node_id,
-                                                    directory_id=random_uuid_string()))
-
-
-@asynccontextmanager
-async def controller_and_broker(tmp_path: Path):
-    cluster_id = random_uuid_string()
-    port = free_port_run(1)
-    voters = (VoterAddress(1, "127.0.0.1", port),)
-    _format(tmp_path / "controller", cluster_id, 1, True)
-    _format(tmp_path / "broker", cluster_id, 100, False)
-    controller = ControllerNode(ServerConfig(node_id=1, listener=Listener("CONTROLLER", "127.0.0.1", port),
-                                             metadata_log_dir=tmp_path / "controller", quorum_voters=voters))
-    broker = BrokerNode(ServerConfig(node_id=100, listener=Listener("PLAINTEXT", "127.0.0.1", 0),
-                                     metadata_log_dir=tmp_path / "broker", quorum_voters=voters,
-                                     process_roles=("broker",), broker_heartbeat_interval_ms=100))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(controller.run)
-        await nursery.start(broker.run)
-        await broker.lifecycle.wait_state(BrokerState.RUNNING)
-        try:
-            yield controller, broker
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-async def test_broker_forwards_writes_and_serves_reads_from_its_image(tmp_path):
+async def test_broker_forwards_writes_and_serves_reads_from_its_image(controller_and_broker):
     with trio.fail_after(TIMEOUT_S):
-        async with controller_and_broker(tmp_path) as (controller, broker):
+        async with controller_and_broker() as (controller, broker):
             async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
                 assert {CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS} <= set(
                     client.api_versions)
