@@ -1,8 +1,10 @@
 """The closed-loop ApiVersions load generators shared by bench_server.py and bench_security.py.
 
 Owns: `blocking` (one connection, one request at a time), `multiplexed` (many connections
-and/or many requests in flight on one epoll loop) and `measure` (runs either and accounts
-server, own and other CPU over the measured window only). Both generators take `dial`, a
+and/or many requests in flight on one epoll loop), `steps` (the one of them a load-generator
+process's arguments ask for), `add_process_arguments` (those hidden arguments, for the
+benchmark that starts itself as its own load generator) and `measure` (runs either and
+accounts server, own and other CPU over the measured window only). Both generators take `dial`, a
 callable returning a connected blocking socket — plain TCP, or already TLS-wrapped and
 SASL-authenticated — so the same loop measures every security protocol. Each generator
 yields ("start", t) when the warm-up ends and ("done", (finished, latencies, response_bytes)).
@@ -10,6 +12,7 @@ yields ("start", t) when the warm-up ends and ("done", (finished, latencies, res
 
 from __future__ import annotations
 
+import argparse
 import selectors
 import socket
 import ssl
@@ -177,6 +180,22 @@ def multiplexed(dial: Callable[[], socket.socket], connections: int, depth: int,
     if started is None:
         raise RuntimeError("the case ended before the warm-up did")
     yield "done", (finished_at, latencies, response_bytes)
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """The hidden arguments a benchmark passes when it runs itself as a load generator."""
+    parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--depth", type=int, default=1, help=argparse.SUPPRESS)
+
+
+def steps(dial: Callable[[], socket.socket], args):
+    """`blocking` for one connection with one request in flight, else `multiplexed`."""
+    if args.connections == 1 and args.depth == 1:
+        return blocking(dial, args.warmup_s, args.duration_s, args.max_requests)
+    return multiplexed(dial, args.connections, args.depth, args.warmup_s, args.duration_s, args.max_requests)
 
 
 def measure(steps, server_pid: int) -> dict:

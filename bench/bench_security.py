@@ -175,11 +175,8 @@ def run_loadgen(args) -> int:
     dialer = Dialer(args.port, args.protocol, args.cafile)
     if args.setups:
         steps = _loadgen_setup(dialer, args.setups, SETUP_TIME_LIMIT_S)
-    elif args.connections == 1 and args.depth == 1:
-        steps = loadgen.blocking(dialer.open, args.warmup_s, args.duration_s, args.max_requests)
     else:
-        steps = loadgen.multiplexed(dialer.open, args.connections, args.depth, args.warmup_s, args.duration_s,
-                                    args.max_requests)
+        steps = loadgen.steps(dialer.open, args)
     result = loadgen.measure(steps, args.server_pid)
     result["tls"] = f"{dialer.tls_version} {dialer.tls_cipher}" if dialer.tls_version else None
     json.dump(result, sys.stdout)
@@ -308,13 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="certificate keys (trustme's default is ECDSA P-256; rsa is 2048-bit)")
     parser.add_argument("--dir", default=None, help="parent of the temporary work directory")
     parser.add_argument("--profile", default=None, help="cProfile the controller into this file (skews timings)")
-    parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    loadgen.add_process_arguments(parser)
     parser.add_argument("--protocol", help=argparse.SUPPRESS)
     parser.add_argument("--cafile", help=argparse.SUPPRESS)
-    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--depth", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.loadgen:
         return run_loadgen(args)

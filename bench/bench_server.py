@@ -45,12 +45,7 @@ MAX_REQUESTS_PER_CASE = 5_000_000
 # --------------------------------------------------------------------------
 
 def run_loadgen(args) -> int:
-    dial = lambda: common.connect(args.port)  # noqa: E731
-    if args.connections == 1 and args.depth == 1:
-        steps = loadgen.blocking(dial, args.warmup_s, args.duration_s, args.max_requests)
-    else:
-        steps = loadgen.multiplexed(dial, args.connections, args.depth, args.warmup_s, args.duration_s,
-                                    args.max_requests)
+    steps = loadgen.steps(lambda: common.connect(args.port), args)
     json.dump(loadgen.measure(steps, args.server_pid), sys.stdout)
     return 0
 
@@ -84,11 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-s", type=float, default=1.0, help="unmeasured seconds before each case")
     parser.add_argument("--max-requests", type=int, default=MAX_REQUESTS_PER_CASE, help="cap per case")
     parser.add_argument("--dir", default=None, help="parent of the temporary work directory")
-    parser.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--server-pid", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--connections", type=int, default=1, help=argparse.SUPPRESS)
-    parser.add_argument("--depth", type=int, default=1, help=argparse.SUPPRESS)
+    loadgen.add_process_arguments(parser)
     args = parser.parse_args(argv)
     if args.loadgen:
         return run_loadgen(args)
