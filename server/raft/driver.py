@@ -96,8 +96,6 @@ MAX_INPUTS_PER_ROUND = 512
 MAX_READY_ROUNDS = 1000
 # Leaderships whose final high watermark is remembered for late commit waiters.
 MAX_COMMIT_MARKS = 16
-# Extra seconds a caller waits for a reply beyond the core's own bounds.
-REPLY_SLACK_S = 1.0
 
 
 class NotLeaderError(Exception):
@@ -453,21 +451,6 @@ class RaftDriver:
             self._send_channel.send_nowait(_Request(sender_id, int(api_key), body, reply))
         except (trio.WouldBlock, trio.ClosedResourceError):
             reply.fail(DriverStopped("the raft driver cannot take the request"))
-
-    async def handle_request(self, sender_id: int, api_key: int, body: Body) -> Body:
-        """`offer_request`, awaited: the response body (REQUEST_TIMED_OUT past the bound)."""
-        answered: list[Body] = []
-        done = trio.Event()
-
-        def answer(response: Body) -> None:
-            answered.append(response)
-            done.set()
-
-        self.offer_request(sender_id, api_key, body, answer)
-        with trio.move_on_after((self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
-                                + REPLY_SLACK_S):
-            await done.wait()
-        return answered[0] if answered else error_response(api_key, ErrorCode.REQUEST_TIMED_OUT)
 
     async def resign(self) -> None:
         """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once."""

@@ -19,8 +19,6 @@ from protocol.errors import ErrorCode
 from server.raft.driver import error_response
 from server.raft.messages import ApiKey, Body
 
-RAFT_API_KEYS = frozenset(int(key) for key in ApiKey)
-
 
 def sender_of(api_key: int, body: Body) -> int:
     """The id of the node that sent a KRaft request (-1 if the body names none)."""

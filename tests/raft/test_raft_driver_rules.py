@@ -77,10 +77,15 @@ async def test_a_vote_is_answered_only_after_it_is_durable(tmp_path):
         driver = RaftDriver(config, MetadataRaftLog(log), store, peers, random.Random(5))
         async with trio.open_nursery() as nursery:
             await nursery.start(driver.run)
+            answered = trio.Event()
+
+            def answer(body) -> None:
+                events.append(("answered", body["topics"][0]["partitions"][0]["vote_granted"]))
+                answered.set()
+
+            driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False), answer)
             with trio.fail_after(10):
-                answer = await driver.handle_request(
-                    2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False))
-            events.append(("answered", answer["topics"][0]["partitions"][0]["vote_granted"]))
+                await answered.wait()
             assert driver.role is Role.UNATTACHED and driver.epoch == 1
             nursery.cancel_scope.cancel()
     finally:
