@@ -24,10 +24,27 @@ Rules kept here:
   driver reports as flushed; the high watermark moves when a majority of voters
   has an offset, only past the leader's epoch start (its LeaderChange record),
   and never backwards.
-- Committed data is never truncated and a leader never loads a snapshot: both
-  are assertions (a failure is a bug, and crashes).
+- No message can crash the core. Requests reach it validated
+  (server/raft/validate.py: epochs in [0, MAX_EPOCH], ids, offsets, cluster
+  id); what is well-formed but still unacceptable (a second leader claimed for
+  an epoch, a divergence that would truncate committed data, undecodable
+  records) raises `RaftProtocolError`, which the driver answers as a refusal
+  of that one message, before the core has changed anything for it. The core's
+  own invariants (committed data is never truncated, a leader never loads a
+  snapshot, the Ready/advance protocol) raise `RaftInvariantError`: a bug.
+- Epoch arithmetic is checked: a node never campaigns past MAX_EPOCH (it logs
+  and waits for a leader instead), so no persisted or encoded epoch overflows.
+- A voter that hears a live leader ignores higher epochs from Vote,
+  BeginQuorumEpoch and EndQuorumEpoch requests (the Raft thesis' disruptive-
+  server rule, §4.2.3, as etcd's CheckQuorum applies it): a lone node cannot
+  move the quorum's epoch while the leader is healthy. The leader's own
+  EndQuorumEpoch lifts the rule for its successor; a leader still honours a
+  higher-epoch Vote from a voter that has stopped fetching from it (a node
+  stranded at a higher epoch can only come back through an election).
 - Bounded: one Fetch in flight per follower, at most one parked Fetch per
-  replica, batches capped in records, snapshot downloads capped in bytes.
+  replica, at most MAX_OBSERVERS observers tracked (the least recently heard
+  is forgotten first), batches capped in records, snapshot downloads capped
+  in bytes.
 """
 
 from __future__ import annotations
@@ -37,13 +54,35 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
 
-from protocol.errors import ErrorCode
+from protocol.errors import DecodeError, ErrorCode
 from protocol.raft_records import LEADER_CHANGE_MESSAGE
 from protocol.record_batch import ControlRecordType
 from server.raft import messages as m
 from server.raft.log import Batch, EpochEndOffset, PassThroughRecordsCodec, RaftLog, RecordsCodec, SnapshotId
 from server.raft.messages import ApiKey, Body
 from server.raft.quorum_state import QuorumState
+from server.observability import Event
+from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
+
+# Observers (brokers) the leader keeps state for; any id may fetch, so the map is capped.
+MAX_OBSERVERS = 1024
+
+CONFLICTING_LEADER = Event.RAFT_CONFLICTING_LEADER
+BAD_RESPONSE = RESPONSE_REFUSED
+
+
+class RaftProtocolError(Exception):
+    """A message the core cannot accept: answered (or, for a response, dropped) as a refusal."""
+
+    def __init__(self, error: ErrorCode, event: str, reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.event = event
+        self.reason = reason
+
+
+class RaftInvariantError(Exception):
+    """The core's own rules were broken: a bug, never caused by a message."""
 
 
 class Role(Enum):
@@ -252,6 +291,8 @@ class RaftCore:
         self._voter_states: dict[int, ReplicaState] = {}
         self._observer_states: dict[int, ReplicaState] = {}
         self._parked: dict[int, _ParkedFetch] = {}
+        # Set once this node could not campaign because its epoch reached MAX_EPOCH.
+        self.epoch_exhausted = False
         self._initialise_role(now_ms)
 
     # ------------------------------------------------------------------
@@ -312,7 +353,8 @@ class RaftCore:
                     or self._out_role or self._out_high_watermark is not None)
 
     def ready(self) -> Ready:
-        assert not self._ready_outstanding, "ready() called twice without advance()"
+        if self._ready_outstanding:
+            raise RaftInvariantError("ready() called twice without advance()")
         ops = self._pending_ops
         ready = Ready(
             quorum_state=self._out_state,
@@ -335,7 +377,8 @@ class RaftCore:
 
     def advance(self, ready: Ready, flushed_end_offset: int, now_ms: int) -> None:
         """The driver did everything `ready` asked; `flushed_end_offset` is the log's durable end."""
-        assert self._ready_outstanding
+        if not self._ready_outstanding:
+            raise RaftInvariantError("advance() without ready()")
         self._ready_outstanding = False
         self._handed_ops = []
         self._now_ms = now_ms
@@ -355,7 +398,8 @@ class RaftCore:
             self._update_leader_high_watermark()
 
     def _check_not_in_ready(self) -> None:
-        assert not self._ready_outstanding, "core called between ready() and advance()"
+        if self._ready_outstanding:
+            raise RaftInvariantError("core called between ready() and advance()")
 
     # ------------------------------------------------------------------
     # The log as the core sees it (applied log + operations not applied yet)
@@ -448,7 +492,19 @@ class RaftCore:
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
         self._maybe_send_fetch(now_ms)
 
+    def _epoch_exhausted(self, now_ms: int) -> bool:
+        """At MAX_EPOCH no election can start: wait (unattached) for a leader to announce itself."""
+        if self._state.epoch < MAX_EPOCH:
+            return False
+        self.epoch_exhausted = True
+        if self.role is not Role.UNATTACHED:
+            self._become_unattached(self.epoch, now_ms)
+        self._election_deadline_ms = now_ms + self._random_election_timeout()
+        return True
+
     def _become_prospective(self, now_ms: int) -> None:
+        if self._epoch_exhausted(now_ms):
+            return
         if not self.config.pre_vote:
             self._become_candidate(now_ms)
             return
@@ -456,6 +512,8 @@ class RaftCore:
         self._start_election_round(now_ms)
 
     def _become_candidate(self, now_ms: int) -> None:
+        if self._epoch_exhausted(now_ms):
+            return
         self._persist(QuorumState(epoch=self._state.epoch + 1, voted_id=self.config.node_id))
         self._set_role(Role.CANDIDATE)
         self._start_election_round(now_ms)
@@ -539,9 +597,13 @@ class RaftCore:
         parked, self._parked = self._parked, {}
         # Parked fetches get their answer from the new role (an error naming the new state).
         for replica_id, fetch in sorted(parked.items()):
-            body = self._fetch_response_for(replica_id, fetch.body, self._now_ms, allow_park=False)
-            assert body is not DEFERRED
-            self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
+            self._answer_parked(replica_id, fetch)
+
+    def _answer_parked(self, replica_id: int, fetch: _ParkedFetch) -> None:
+        body = self._fetch_response_for(replica_id, fetch.body, self._now_ms, allow_park=False)
+        if body is DEFERRED:
+            raise RaftInvariantError("a Fetch answered without parking was deferred")
+        self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
 
     def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int) -> bool:
         """Reacts to an epoch/leader seen in a message; True if the role changed."""
@@ -589,10 +651,7 @@ class RaftCore:
 
     def _check_quorum_deadline(self) -> int:
         # The time by which the majority-th most recent voter contact expires.
-        times = sorted((state.last_fetch_ms if voter != self.config.node_id else self._now_ms)
-                       for voter, state in self._voter_states.items())
-        majority_time = times[len(times) - self.config.majority]
-        return majority_time + self.config.fetch_timeout_ms * 3 // 2
+        return self._majority_contact_ms() + self.config.fetch_timeout_ms * 3 // 2
 
     def _begin_epoch_resend_deadline(self) -> int:
         pending = [state.begin_epoch_sent_ms + self.config.request_timeout_ms
@@ -678,11 +737,38 @@ class RaftCore:
             return self._handle_end_epoch(body, now_ms)
         if api_key == ApiKey.FETCH_SNAPSHOT:
             return self._handle_fetch_snapshot(sender_id, body, now_ms)
-        raise ValueError(f"api key {api_key} is not a KRaft RPC")
+        raise RaftProtocolError(ErrorCode.INVALID_REQUEST, REQUEST_REFUSED, f"api key {api_key} is not a KRaft RPC")
 
     @staticmethod
     def _error_response(api_key: int, error: ErrorCode) -> Body:
         return m.error_response(api_key, error)
+
+    def _hears_leader(self, now_ms: int) -> bool:
+        """A live leader is known: this node leads with a majority fetching from it, or
+        follows a leader it heard from within the fetch timeout."""
+        if self.role is Role.FOLLOWER:
+            return (self._last_leader_contact_ms >= 0
+                    and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms)
+        if self.role is Role.LEADER:
+            return self._majority_contact_ms() > now_ms - self.config.fetch_timeout_ms
+        return False
+
+    def _majority_contact_ms(self) -> int:
+        """The time by which a majority of voters (the leader counting itself) had fetched."""
+        times = sorted((state.last_fetch_ms if voter != self.config.node_id else self._now_ms)
+                       for voter, state in self._voter_states.items())
+        return times[len(times) - self.config.majority]
+
+    def _ignores_epoch_from(self, sender: int, epoch: int, now_ms: int, vote: bool) -> bool:
+        """The disruptive-server rule: a higher epoch from a message is ignored while a live
+        leader is heard; except that a leader accepts a Vote from a voter that stopped fetching
+        from it (stranded at a higher epoch, only an election brings it back)."""
+        if epoch <= self.epoch or not self._hears_leader(now_ms):
+            return False
+        if vote and self.role is Role.LEADER:
+            state = self._voter_states.get(sender)
+            return state is not None and state.last_fetch_ms > now_ms - self.config.fetch_timeout_ms
+        return True
 
     def _handle_vote(self, body: Body, now_ms: int) -> Body:
         partition = m.single_partition(body)
@@ -702,13 +788,12 @@ class RaftCore:
         end, my_last_epoch = self._view_end()
         log_ok = (last_epoch, last_offset) >= (my_last_epoch, end)
         if pre_vote:
-            # Pre-votes change nothing. A follower that hears from a live
-            # leader refuses, so a partitioned node cannot disrupt the quorum.
-            hears_leader = self.role is Role.LEADER or (
-                self.role is Role.FOLLOWER and self._last_leader_contact_ms >= 0
-                and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms)
-            granted = candidate_epoch > self.epoch and log_ok and not hears_leader
+            # Pre-votes change nothing. A voter that hears a live leader refuses,
+            # so a partitioned node cannot disrupt the quorum.
+            granted = candidate_epoch > self.epoch and log_ok and not self._hears_leader(now_ms)
             return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+        if self._ignores_epoch_from(candidate_id, candidate_epoch, now_ms, vote=True):
+            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
         if candidate_epoch > self.epoch:
             self._become_unattached(candidate_epoch, now_ms)
         state = self._state
@@ -726,6 +811,12 @@ class RaftCore:
             self._election_deadline_ms = now_ms + self._random_election_timeout()
         return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
 
+    def _check_leader_claim(self, epoch: int, leader_id: int) -> None:
+        """Raft elects at most one leader per epoch: a second claim is refused, not believed."""
+        if epoch == self.epoch and self.leader_id is not None and self.leader_id != leader_id:
+            raise RaftProtocolError(ErrorCode.INVALID_REQUEST, CONFLICTING_LEADER,
+                                    f"node {leader_id} claims epoch {epoch}, which node {self.leader_id} leads")
+
     def _handle_begin_epoch(self, body: Body, now_ms: int) -> Body:
         partition = m.single_partition(body)
         if partition is None:
@@ -733,13 +824,10 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        if epoch == self.epoch and self.leader_id is not None:
-            assert self.leader_id == leader_id, (
-                f"node {self.config.node_id}: two leaders in epoch {epoch}: {self.leader_id} and {leader_id}")
-            if self.role is not Role.FOLLOWER and leader_id != self.config.node_id:
-                self._become_follower(epoch, leader_id, now_ms)
-        elif leader_id != self.config.node_id:
-            assert not (epoch == self.epoch and self.role is Role.LEADER)
+        self._check_leader_claim(epoch, leader_id)
+        if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
+        if epoch > self.epoch or self.role is not Role.FOLLOWER:
             self._become_follower(epoch, leader_id, now_ms)
         return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
 
@@ -750,11 +838,14 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        if leader_id == self.config.node_id:
+        self._check_leader_claim(epoch, leader_id)
+        if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
         if epoch > self.epoch or self.leader_id is None:
             self._become_follower(epoch, leader_id, now_ms)
         if self.role is Role.FOLLOWER and self.leader_id == leader_id and self.config.is_voter:
+            # The leader says it is gone: its successor's Vote is no longer disruptive.
+            self._last_leader_contact_ms = -1
             preferred = list(partition.get("preferred_successors") or [])
             if not preferred:
                 preferred = [c["candidate_id"] for c in partition.get("preferred_candidates") or []]
@@ -801,6 +892,8 @@ class RaftCore:
         states = self._voter_states if is_voter else self._observer_states
         state = states.get(replica)
         if state is None:
+            if not is_voter and len(states) >= MAX_OBSERVERS:
+                self._forget_observer(min(states, key=lambda node: states[node].last_fetch_ms))
             state = states[replica] = ReplicaState()
         state.last_fetch_ms = now_ms
         high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
@@ -842,6 +935,13 @@ class RaftCore:
         common["high_watermark"] = high_watermark
         return m.fetch_response(ErrorCode.NONE, records=self._codec.encode(batches) if batches else None, **common)
 
+    def _forget_observer(self, replica_id: int) -> None:
+        fetch = self._parked.pop(replica_id, None)
+        if fetch is not None:
+            # Answered while its state still exists (answering would otherwise track it again).
+            self._answer_parked(replica_id, fetch)
+        del self._observer_states[replica_id]
+
     def _complete_parked(self, now_ms: int, only_expired: bool) -> None:
         if not self._parked:
             return
@@ -850,9 +950,7 @@ class RaftCore:
             if fetch is None or only_expired and now_ms < fetch.deadline_ms:
                 continue
             del self._parked[replica_id]
-            body = self._fetch_response_for(replica_id, fetch.body, now_ms, allow_park=False)
-            assert body is not DEFERRED
-            self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
+            self._answer_parked(replica_id, fetch)
 
     def _shorten_parked(self, deadline_ms: int) -> None:
         if deadline_ms <= self._now_ms:
@@ -988,7 +1086,8 @@ class RaftCore:
             target = self.leader_id
         else:
             target = self._rng.choice(sorted(self.config.voters))
-        assert target is not None
+        if target is None:
+            raise RaftInvariantError("a follower without a leader fetches")
         self._fetch_target = target
         self._fetch_sent_ms = now_ms
         download = self._snapshot_download
@@ -1029,40 +1128,58 @@ class RaftCore:
             # restarted keeps failing until its fetch timeout starts an election.
             self._fetch_failed(now_ms)
             return
+        if self._pending_ops:
+            raise RaftInvariantError("a follower fetches only with its log applied")
+        diverging = partition.get("diverging_epoch") or {}
+        snapshot = partition.get("snapshot_id") or {}
+        truncate_to: int | None = None
+        batches: list[Batch] = []
+        # A response the core cannot use is refused before it counts as contact with the leader.
+        try:
+            if diverging.get("epoch", -1) >= 0 and diverging.get("end_offset", -1) >= 0:
+                truncate_to = self._diverging_truncation(diverging["epoch"], diverging["end_offset"])
+            elif not (snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0):
+                batches = self._decode_fetched(partition.get("records"))
+        except RaftProtocolError:
+            self._fetch_failed(now_ms)
+            raise
         self._fetch_in_flight = None
         self._fetch_deadline_ms = max(self._fetch_deadline_ms or 0, now_ms + self.config.fetch_timeout_ms)
         self._last_leader_contact_ms = now_ms
-        assert not self._pending_ops, "a follower fetches only with its log applied"
-        diverging = partition.get("diverging_epoch") or {}
-        snapshot = partition.get("snapshot_id") or {}
-        if diverging.get("epoch", -1) >= 0 and diverging.get("end_offset", -1) >= 0:
-            self._truncate_diverging(diverging["epoch"], diverging["end_offset"])
+        if truncate_to is not None:
+            if truncate_to < self.log.end_offset:
+                self._pending_ops.append(TruncateTo(truncate_to))
         elif snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0:
             self._snapshot_download = _SnapshotDownload(SnapshotId(snapshot["end_offset"], snapshot["epoch"]), [])
         else:
-            self._append_fetched(partition.get("records"))
+            self._append_fetched(batches)
             high_watermark = partition["high_watermark"]
             if high_watermark >= 0:
                 self._set_high_watermark(min(high_watermark, self.end_offset))
         self._maybe_send_fetch(now_ms)
 
-    def _truncate_diverging(self, epoch: int, end_offset: int) -> None:
+    def _diverging_truncation(self, epoch: int, end_offset: int) -> int:
+        """Where a diverging epoch from the leader truncates the log to."""
         local = self.log.end_offset_for_epoch(epoch)
         if local is None:
             local = EpochEndOffset(self.log.last_epoch, self.log.end_offset)
         offset = min(local.end_offset, end_offset, self.log.end_offset)
-        assert offset >= self.high_watermark, (
-            f"node {self.config.node_id}: divergence would truncate committed data "
-            f"(to {offset}, high watermark {self.high_watermark})")
-        if offset < self.log.start_offset:
-            # Nothing local can be trusted below the snapshot; fetch from the leader's start.
-            offset = self.log.start_offset
-        if offset < self.log.end_offset:
-            self._pending_ops.append(TruncateTo(offset))
+        if offset < self.high_watermark:
+            raise RaftProtocolError(ErrorCode.INVALID_REQUEST, BAD_RESPONSE,
+                                    f"a diverging epoch would truncate committed data "
+                                    f"(to {offset}, high watermark {self.high_watermark})")
+        # Nothing local can be trusted below the snapshot; fetch from the leader's start.
+        return max(offset, self.log.start_offset)
 
-    def _append_fetched(self, records: object) -> None:
+    def _decode_fetched(self, records: object) -> list[Batch]:
+        try:
+            return self._codec.decode(records)
+        except (DecodeError, TypeError, ValueError) as exc:
+            raise RaftProtocolError(ErrorCode.CORRUPT_MESSAGE, BAD_RESPONSE, f"fetched records: {exc}") from None
+
+    def _append_fetched(self, batches: list[Batch]) -> None:
         end, last_epoch = self._view_end()
-        for batch in self._codec.decode(records):
+        for batch in batches:
             if batch.next_offset <= end:
                 continue  # already have it
             if batch.base_offset != end or batch.epoch < last_epoch or batch.epoch > self.epoch:
@@ -1105,7 +1222,8 @@ class RaftCore:
             self._fetch_failed(now_ms)
             return
         if download.position == size:
-            assert self.role is not Role.LEADER, "a leader never loads a snapshot"
+            if self.role is Role.LEADER:
+                raise RaftInvariantError("a leader never loads a snapshot")
             self._snapshot_download = None
             self._pending_ops.append(InstallSnapshot(download.snapshot_id, b"".join(download.chunks)))
             # A leader only snapshots committed data.

@@ -56,9 +56,20 @@ from protocol.errors import ErrorCode
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
 from server.observability import Event, get_logger
 from server.raft import messages as m
-from server.raft.core import DEFERRED, Append, NotLeader, QuorumInfo, RaftConfig, RaftCore, Ready, Role
+from server.raft.core import (
+    DEFERRED,
+    Append,
+    NotLeader,
+    QuorumInfo,
+    RaftConfig,
+    RaftCore,
+    RaftProtocolError,
+    Ready,
+    Role,
+)
 from server.raft.log import SnapshotId
 from server.raft.messages import WIRE_VERSIONS, ApiKey, Body
+from server.raft.validate import PeerRules, Refusal, check_request, check_response, refusal_response
 from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored, to_stored_id
 from server.storage.log import OffsetOutOfRangeError
 from server.storage.snapshot import snapshot_path
@@ -231,6 +242,7 @@ class RaftDriver:
         peer_backoff: BackoffPolicy = BackoffPolicy(),
         inbox_capacity: int = DEFAULT_INBOX_CAPACITY,
         clock_ms: Callable[[], int] = trio_now_ms,
+        on_refusal: Callable[[Refusal], None] | None = None,
     ) -> None:
         # Pre-vote stays off on the wire: protocol/apis/vote.py stops at VoteRequest v1,
         # which has no PreVote field (KIP-996 is v2), so a pre-vote would arrive as a
@@ -239,6 +251,8 @@ class RaftDriver:
         if config.pre_vote:
             config = dataclasses.replace(config, pre_vote=False)
         self.config = config
+        self._rules = PeerRules(config.cluster_id, config.node_id, config.voters)
+        self._on_refusal = on_refusal
         self.storage = storage
         self._store = quorum_store
         self._rng = rng
@@ -276,6 +290,9 @@ class RaftDriver:
         self.appended_batches = 0
         self.quorum_state_writes = 0
         self.requests_sent: dict[ApiKey, int] = {key: 0 for key in ApiKey}
+        # Messages refused at the boundary or by the core, by (event, error name).
+        self.refused: dict[tuple[str, str], int] = {}
+        self._epoch_exhausted_logged = False
 
     # ------------------------------------------------------------------
     # State (plain reads, any task)
@@ -442,6 +459,12 @@ class RaftDriver:
         the driver task once the answer's state is durable, or at once with
         BROKER_NOT_AVAILABLE when the driver is not running, its inbox is full (the
         requester retries), or it stops first."""
+        refusal = check_request(api_key, body, self._rules)
+        if refusal is not None:
+            # Refused on the caller's task: a hostile frame never reaches the core's inbox.
+            self._note_refusal(refusal, sender_id)
+            answer(refusal_response(refusal))
+            return
         reply = _Answer(answer, int(api_key), self._outstanding)
         if not self._running:
             reply.fail(DriverStopped("the raft driver is not running"))
@@ -451,6 +474,14 @@ class RaftDriver:
             self._send_channel.send_nowait(_Request(sender_id, int(api_key), body, reply))
         except (trio.WouldBlock, trio.ClosedResourceError):
             reply.fail(DriverStopped("the raft driver cannot take the request"))
+
+    def _note_refusal(self, refusal: Refusal, sender_id: int) -> None:
+        key = (refusal.event, refusal.error.name)
+        self.refused[key] = self.refused.get(key, 0) + 1
+        _log.warning(refusal.event, node_id=self.config.node_id, api_key=int(refusal.api_key),
+                     sender_id=sender_id, error=refusal.error.name, reason=refusal.reason)
+        if self._on_refusal is not None:
+            self._on_refusal(refusal)
 
     async def resign(self) -> None:
         """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once."""
@@ -577,12 +608,23 @@ class RaftDriver:
         core = self._core
         assert core is not None
         if isinstance(item, _Response):
-            core.handle_response(item.source_id, item.api_key, item.request_body, item.response_body, now)
+            response = item.response_body
+            refusal = check_response(item.api_key, response, self._rules)
+            if refusal is not None:
+                self._note_refusal(refusal, item.source_id)
+                response = None
+            try:
+                core.handle_response(item.source_id, item.api_key, item.request_body, response, now)
+            except RaftProtocolError as exc:
+                # The core has already treated the response as a failed exchange.
+                self._note_refusal(Refusal(item.api_key, exc.error, exc.event, exc.reason), item.source_id)
         elif isinstance(item, _Request):
             try:
                 answer = core.handle_request(item.sender_id, item.api_key, item.body, now, token=item.reply)
-            except ValueError:
-                answer = error_response(item.api_key, ErrorCode.INVALID_REQUEST)
+            except RaftProtocolError as exc:
+                refusal = Refusal(item.api_key, exc.error, exc.event, exc.reason)
+                self._note_refusal(refusal, item.sender_id)
+                answer = refusal_response(refusal)
             if answer is not DEFERRED:
                 self._held.append((item.reply, answer))
         elif isinstance(item, _Propose):
@@ -625,6 +667,11 @@ class RaftDriver:
             ready = core.ready()
             await self._carry_out(ready)
             core.advance(ready, self.storage.flushed_end_offset, self._clock_ms())
+        if core.epoch_exhausted and not self._epoch_exhausted_logged:
+            self._epoch_exhausted_logged = True
+            _log.error(Event.RAFT_EPOCH_EXHAUSTED, node_id=self.config.node_id, epoch=core.epoch,
+                       hint="the epoch reached 2**31-2: this node cannot start an election; "
+                            "follow docs/security.md (secure the controller listener, then re-format the quorum)")
         self._release_held()
 
     async def _carry_out(self, ready: Ready) -> None:

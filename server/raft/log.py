@@ -117,7 +117,8 @@ class WireRecordsCodec:
     def decode(self, records: object) -> list[Batch]:
         if not records:
             return []
-        assert isinstance(records, (bytes, bytearray, memoryview))
+        if not isinstance(records, (bytes, bytearray, memoryview)):
+            raise TypeError(f"records must be bytes, not {type(records).__name__}")
         return [
             Batch(b.base_offset, b.leader_epoch, tuple(v or b"" for v in b.values), b.control_type, b.base_timestamp_ms)
             for b in decode_batches(records, allow_partial_tail=True)

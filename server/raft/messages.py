@@ -175,6 +175,15 @@ def fetch_partition(body: Body) -> Body | None:
     return partition if index == METADATA_PARTITION else None
 
 
+def fetch_replica_id(body: Body) -> int:
+    """The replica a Fetch request comes from: ReplicaState.ReplicaId, or ReplicaId before v15 (-1: none)."""
+    state = body.get("replica_state") or {}
+    replica = state.get("replica_id", -1)
+    if replica is None or replica < 0:
+        replica = body.get("replica_id", -1)
+    return -1 if replica is None else int(replica)
+
+
 # -- FetchSnapshot --------------------------------------------------------------
 
 def fetch_snapshot_request(cluster_id: str, replica_id: int, leader_epoch: int,

@@ -16,6 +16,7 @@ Rules kept here:
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.raft import messages as m
 from server.raft.driver import error_response
 from server.raft.messages import ApiKey, Body
 
@@ -23,11 +24,7 @@ from server.raft.messages import ApiKey, Body
 def sender_of(api_key: int, body: Body) -> int:
     """The id of the node that sent a KRaft request (-1 if the body names none)."""
     if api_key == ApiKey.FETCH:
-        state = body.get("replica_state") or {}
-        replica = state.get("replica_id", -1)
-        if replica is None or replica < 0:
-            replica = body.get("replica_id", -1)
-        return -1 if replica is None else int(replica)
+        return m.fetch_replica_id(body)
     if api_key == ApiKey.FETCH_SNAPSHOT:
         return int(body.get("replica_id", -1))
     topics = body.get("topics") or []

@@ -12,7 +12,7 @@ from protocol.errors import ErrorCode
 from server.net.peer import PeerAddress
 from server.raft.core import RaftConfig, Role
 from server.raft.driver import CommittedBatch, RaftDriver
-from server.raft.messages import ApiKey, fetch_request, vote_request
+from server.raft.messages import ApiKey, fetch_request, fetch_snapshot_request, vote_request
 from server.raft.quorum_state import FileQuorumStateStore, QuorumState
 from server.raft.storage import MetadataRaftLog
 from server.storage.log import MetadataLog
@@ -93,10 +93,13 @@ async def test_a_vote_is_answered_only_after_it_is_durable(tmp_path):
     assert events == [("persisted", QuorumState(epoch=1, voted_id=2)), ("answered", True)]
 
 
+SNAPSHOT_REQUEST = fetch_snapshot_request(CLUSTER, 7, 1, (5, 1), 0, 1024)
+
+
 async def test_an_offered_request_is_answered_exactly_once_even_when_the_inbox_is_full(tmp_path):
     """offer_request never waits: with no room in the inbox the requester is told
     BROKER_NOT_AVAILABLE at once (it retries), and a request that got in is answered by
-    the core, once."""
+    the core, once. The request is an observer's FetchSnapshot, which the core answers at once."""
     voters = frozenset({1})
     config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=60_000)
     log = MetadataLog.open(tmp_path)
@@ -105,15 +108,15 @@ async def test_an_offered_request_is_answered_exactly_once_even_when_the_inbox_i
                             random.Random(3), inbox_capacity=1)
         answers: dict[int, list] = {1: [], 2: [], 3: []}
         # Not running yet: answered at once.
-        driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False), answers[1].append)
+        driver.offer_request(7, ApiKey.FETCH_SNAPSHOT, SNAPSHOT_REQUEST, answers[1].append)
         assert [a["error_code"] for a in answers[1]] == [ErrorCode.BROKER_NOT_AVAILABLE]
         async with trio.open_nursery() as nursery:
             await nursery.start(driver.run)
             # Two offers without a checkpoint between them: the driver cannot take the
             # first before the second arrives, so the second finds the inbox full.
-            driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False),
+            driver.offer_request(7, ApiKey.FETCH_SNAPSHOT, SNAPSHOT_REQUEST,
                                  answers[2].append)
-            driver.offer_request(2, ApiKey.VOTE, vote_request(CLUSTER, 1, 1, 2, 0, 0, pre_vote=False),
+            driver.offer_request(7, ApiKey.FETCH_SNAPSHOT, SNAPSHOT_REQUEST,
                                  answers[3].append)
             assert [a["error_code"] for a in answers[3]] == [ErrorCode.BROKER_NOT_AVAILABLE]
             assert answers[2] == []
