@@ -33,7 +33,8 @@ Rules kept here:
   own invariants (committed data is never truncated, a leader never loads a
   snapshot, the Ready/advance protocol) raise `RaftInvariantError`: a bug.
 - Epoch arithmetic is checked: a node never campaigns past MAX_EPOCH (it logs
-  and waits for a leader instead), so no persisted or encoded epoch overflows.
+  and waits for a leader instead), so no persisted or encoded epoch overflows;
+  and a request may move a node's epoch up by at most MAX_EPOCH_JUMP.
 - A voter that hears a live leader ignores higher epochs from Vote,
   BeginQuorumEpoch and EndQuorumEpoch requests (the Raft thesis' disruptive-
   server rule, §4.2.3, as etcd's CheckQuorum applies it): a lone node cannot
@@ -63,6 +64,14 @@ from server.raft.messages import ApiKey, Body
 from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
+
+# How far above its own epoch a node lets a request (Vote, BeginQuorumEpoch,
+# EndQuorumEpoch) move it. Requests are what an unauthenticated peer can send; an
+# honest voter that fell far behind learns the quorum's epoch from the responses to
+# its own pre-votes, votes and fetches, which this bound does not limit. Without it
+# two spoofed frames could push the quorum to MAX_EPOCH, after which it can never
+# elect again; with it that takes millions of forced elections.
+MAX_EPOCH_JUMP = 1000
 
 # Observers (brokers) the leader keeps state for; any id may fetch, so the map is capped.
 MAX_OBSERVERS = 1024
@@ -778,11 +787,12 @@ class RaftCore:
         candidate_id = partition["candidate_id"]
         last_epoch = partition["last_offset_epoch"]
         last_offset = partition["last_offset"]
-        pre_vote = bool(body.get("pre_vote", False))
+        pre_vote = m.is_pre_vote(body)
         if last_offset < 0 or last_epoch < 0 or last_epoch > candidate_epoch:
             return m.vote_response(ErrorCode.INVALID_REQUEST)
         if candidate_epoch < self.epoch:
             return m.vote_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        self._check_epoch_jump(candidate_epoch)
         if not self.config.is_voter or candidate_id not in self.config.voters:
             return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
         end, my_last_epoch = self._view_end()
@@ -811,6 +821,11 @@ class RaftCore:
             self._election_deadline_ms = now_ms + self._random_election_timeout()
         return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
 
+    def _check_epoch_jump(self, epoch: int) -> None:
+        if epoch > self.epoch + MAX_EPOCH_JUMP:
+            raise RaftProtocolError(ErrorCode.INVALID_REQUEST, REQUEST_REFUSED,
+                                    f"epoch {epoch} is more than {MAX_EPOCH_JUMP} above this node's {self.epoch}")
+
     def _check_leader_claim(self, epoch: int, leader_id: int) -> None:
         """Raft elects at most one leader per epoch: a second claim is refused, not believed."""
         if epoch == self.epoch and self.leader_id is not None and self.leader_id != leader_id:
@@ -824,6 +839,7 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        self._check_epoch_jump(epoch)
         self._check_leader_claim(epoch, leader_id)
         if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
@@ -838,6 +854,7 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        self._check_epoch_jump(epoch)
         self._check_leader_claim(epoch, leader_id)
         if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
@@ -1056,7 +1073,7 @@ class RaftCore:
         leader_id = partition["leader_id"]
         if self._observe_epoch(epoch, leader_id, now_ms):
             return
-        pre_vote = bool(request_body.get("pre_vote", False))
+        pre_vote = m.is_pre_vote(request_body)
         if pre_vote:
             if self.role is not Role.PROSPECTIVE or request["candidate_epoch"] != self.epoch + 1:
                 return

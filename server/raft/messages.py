@@ -10,9 +10,12 @@ Rules kept here:
   with defaults. They work on dicts and on decoded construct Containers alike.
 - Only `__cluster_metadata` partition 0 exists; Fetch v13+ names it by the
   fixed metadata topic id (Kafka's Uuid.METADATA_TOPIC_ID, 0x...01).
-- Pre-vote (KIP-996) needs VoteRequest v2's `PreVote`; our declarations stop at
-  v1, so the flag travels as `pre_vote` and `VOTE_VERSION` must move to 2 once
-  protocol/apis/vote.py is regenerated from a v2 spec.
+- Pre-vote (KIP-996) is VoteRequest v2's `PreVote`; our declarations stop at
+  v1, so between kraftwerk nodes the flag travels as the tagged field
+  PRE_VOTE_TAG (kraftwerk's private range) of a v1 request. A node that does not
+  know the tag reads a pre-vote as a real vote for the same candidate in the
+  epoch the candidate would campaign for next, which is safe: that is the vote
+  the candidate asks for once it wins the pre-vote.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ class ApiKey(IntEnum):
     END_QUORUM_EPOCH = 54
     FETCH_SNAPSHOT = 59
 
+
+# The tagged field of a VoteRequest v1 that marks it a pre-vote (value b"\x01").
+PRE_VOTE_TAG = 10000
 
 # One version of each API between our own nodes.
 WIRE_VERSIONS = {
@@ -60,6 +66,7 @@ def vote_request(cluster_id: str, voter_id: int, candidate_epoch: int, candidate
         "cluster_id": cluster_id,
         "voter_id": voter_id,
         "pre_vote": pre_vote,
+        "_unknown_tagged_fields": [(PRE_VOTE_TAG, b"\x01")] if pre_vote else [],
         "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": METADATA_PARTITION,
             "candidate_epoch": candidate_epoch,
@@ -68,6 +75,13 @@ def vote_request(cluster_id: str, voter_id: int, candidate_epoch: int, candidate
             "last_offset": last_offset,
         }]}],
     }
+
+
+def is_pre_vote(body: Body) -> bool:
+    """A Vote request that only asks whether the voter would vote (KIP-996)."""
+    if body.get("pre_vote"):
+        return True
+    return any(tag == PRE_VOTE_TAG and value == b"\x01" for tag, value in body.get("_unknown_tagged_fields") or ())
 
 
 def vote_response(error: ErrorCode, partition_error: ErrorCode = ErrorCode.NONE, leader_id: int | None = None,

@@ -17,6 +17,7 @@ from server.observability import Event
 from server.raft import messages as m
 from server.raft.core import (
     DEFERRED,
+    MAX_EPOCH_JUMP,
     MAX_OBSERVERS,
     Append,
     RaftConfig,
@@ -221,11 +222,12 @@ def test_the_leader_refuses_another_leader_for_its_own_epoch():
 
 def test_a_follower_hearing_its_leader_ignores_higher_epochs():
     node = follower_hearing_leader(leader=2, epoch=1)
-    vote = node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, MAX_EPOCH, 3, 0, 10**9, False), sender=3)
+    high = 1 + MAX_EPOCH_JUMP
+    vote = node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, high, 3, 0, 10**9, False), sender=3)
     assert vote["error_code"] == 0 and vote["topics"][0]["partitions"][0]["vote_granted"] is False
-    begin = node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, MAX_EPOCH), sender=3)
+    begin = node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, high), sender=3)
     assert begin["topics"][0]["partitions"][0]["leader_epoch"] == 1
-    end = node.request(ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 3, MAX_EPOCH, [1]), sender=3)
+    end = node.request(ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 3, high, [1]), sender=3)
     assert partition_error(end) == 0
     assert node.store.read() == QuorumState(epoch=1, leader_id=2)
     assert (node.core.role, node.core.epoch) == (Role.FOLLOWER, 1)
@@ -328,3 +330,40 @@ def test_responses_naming_strangers_or_huge_epochs_are_refused():
     body = m.fetch_response(ErrorCode.NONE, leader_id=2, epoch=3, diverging=(2**31 - 1, 5))
     assert check_response(ApiKey.FETCH, body, RULES) is not None
     assert check_response(ApiKey.FETCH, m.fetch_response(ErrorCode.NONE, leader_id=2, epoch=3), RULES) is None
+
+
+def test_a_request_moves_the_epoch_by_at_most_the_jump_bound_but_a_response_may_move_it_further():
+    node = Node()  # unattached at epoch 0: no live leader, so only the bound protects it
+    far = MAX_EPOCH_JUMP + 1
+    for api_key, body in [
+        (ApiKey.VOTE, m.vote_request(CLUSTER, 1, far, 3, 0, 0, False)),
+        (ApiKey.VOTE, m.vote_request(CLUSTER, 1, far, 3, 0, 0, True)),
+        (ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, far)),
+        (ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 3, far, [1])),
+    ]:
+        with pytest.raises(RaftProtocolError):
+            node.request(api_key, body, sender=3)
+    assert node.store.read() == QuorumState()
+    node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, MAX_EPOCH_JUMP), sender=3)
+    assert (node.core.role, node.core.epoch) == (Role.FOLLOWER, MAX_EPOCH_JUMP)
+    # The answer to this node's own Fetch names the quorum's real epoch, however far.
+    (fetch,) = node.take_requests(ApiKey.FETCH)
+    node.core.handle_response(3, ApiKey.FETCH, fetch.body,
+                              m.fetch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, leader_id=2,
+                                               epoch=5 * MAX_EPOCH_JUMP), node.now)
+    node.drain()
+    assert (node.core.role, node.core.epoch, node.core.leader_id) == (Role.FOLLOWER, 5 * MAX_EPOCH_JUMP, 2)
+
+
+def test_a_pre_vote_travels_as_a_tagged_field_of_vote_v1():
+    from protocol.apis.vote import REQUEST
+    wire = REQUEST.encode(WIRE_VERSIONS[ApiKey.VOTE], m.vote_request(CLUSTER, 1, 4, 3, 1, 7, True))
+    decoded = REQUEST.decode(WIRE_VERSIONS[ApiKey.VOTE], wire)
+    assert "pre_vote" not in decoded and m.is_pre_vote(decoded)
+    wire = REQUEST.encode(WIRE_VERSIONS[ApiKey.VOTE], m.vote_request(CLUSTER, 1, 4, 3, 1, 7, False))
+    assert not m.is_pre_vote(REQUEST.decode(WIRE_VERSIONS[ApiKey.VOTE], wire))
+    # A pre-vote changes nothing durable on the voter.
+    node = Node(pre_vote=True)
+    answer = node.request(ApiKey.VOTE, decoded, sender=3)
+    assert answer["topics"][0]["partitions"][0]["vote_granted"] is True
+    assert node.store.read() == QuorumState() and node.store.writes == 0
