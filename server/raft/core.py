@@ -945,7 +945,12 @@ class RaftCore:
                 # Only the high watermark is new: it may wait briefly for the next records.
                 wait_ms = min(wait_ms, self.config.high_watermark_linger_ms)
             if wait_ms > 0:
-                # Long poll: answer when data arrives or the wait ends.
+                # Long poll: answer when data arrives or the wait ends. A replica has one
+                # parked Fetch; an older one (a retry, or someone else in its name) is
+                # answered now, so every request gets exactly one answer.
+                older = self._parked.pop(replica, None)
+                if older is not None:
+                    self._answer_parked(replica, older)
                 self._parked[replica] = _ParkedFetch(token, body, now_ms + wait_ms)
                 return DEFERRED
         state.last_sent_high_watermark = high_watermark

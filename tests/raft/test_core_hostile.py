@@ -367,3 +367,15 @@ def test_a_pre_vote_travels_as_a_tagged_field_of_vote_v1():
     answer = node.request(ApiKey.VOTE, decoded, sender=3)
     assert answer["topics"][0]["partitions"][0]["vote_granted"] is True
     assert node.store.read() == QuorumState() and node.store.writes == 0
+
+
+def test_a_second_parked_fetch_in_one_replicas_name_answers_the_first():
+    node = leader_node()
+    end, epoch = node.log.end_offset, node.core.epoch
+    body = m.fetch_request(CLUSTER, 2, epoch, end, epoch, 500, 1024)
+    assert node.core.handle_request(2, ApiKey.FETCH, body, node.now, token="first") is DEFERRED
+    assert node.core.handle_request(2, ApiKey.FETCH, body, node.now, token="second") is DEFERRED
+    node.drain()
+    assert [response.token for response in node.responses] == ["first"]
+    node.tick_to(node.now + 500)
+    assert [response.token for response in node.responses] == ["first", "second"]
