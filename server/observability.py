@@ -63,6 +63,18 @@ class Event(StrEnum):
     STORAGE_TRUNCATED = "storage.truncated"
     STORAGE_WRITE_FAILED = "storage.write_failed"
     STORAGE_TRUNCATE_FAILED = "storage.truncate_failed"
+    # The metadata log does not verify below its recovery point (or elsewhere a
+    # torn write cannot explain): the node refuses to start.
+    STORAGE_CORRUPTION_DETECTED = "storage.corruption_detected"
+    STORAGE_RECOVERY_POINT_UNREADABLE = "storage.recovery_point_unreadable"
+    # `kraftwerk storage recover` truncated the log to its last good batch.
+    STORAGE_RECOVERED = "storage.recovered"
+    # The quorum-state file cannot be valid: the node refuses to start.
+    QUORUM_STATE_INVALID = "raft.quorum_state_invalid"
+    # The Raft driver's view of a failed metadata log dir (ENOSPC, EIO): offline, retrying, back.
+    STORAGE_DISK_FAILED = "storage.disk_failed"
+    STORAGE_RECOVERY_FAILED = "storage.disk_recovery_failed"
+    STORAGE_DISK_RECOVERED = "storage.disk_recovered"
     CONTROLLER_COMMAND_FAILED = "controller.command_failed"
     SNAPSHOT_WRITTEN = "storage.snapshot_written"
     SNAPSHOT_RECEIVED = "storage.snapshot_received"
@@ -83,6 +95,11 @@ class Event(StrEnum):
     RAFT_LOG_TRUNCATED = "raft.log_truncated"
     RAFT_SNAPSHOT_INSTALLED = "raft.snapshot_installed"
     RAFT_LOG_COMPACTED = "raft.log_compacted"
+    # A KRaft request or response refused at the boundary (server/raft/validate.py) or by the core.
+    RAFT_REQUEST_REFUSED = "raft.request_refused"
+    RAFT_RESPONSE_REFUSED = "raft.response_refused"
+    RAFT_CONFLICTING_LEADER = "raft.conflicting_leader"
+    RAFT_EPOCH_EXHAUSTED = "raft.epoch_exhausted"
     CONTROLLER_ACTIVATED = "controller.activated"
     CONTROLLER_DEACTIVATED = "controller.deactivated"
     CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL = "controller.unsupported_finalized_level"
@@ -184,6 +201,10 @@ class Metrics:
         self.active_controller = Gauge(
             "kafka_controller_active_controller_count", "1 on the active controller", registry=self.registry,
         )
+        self.raft_refused_messages = Counter(
+            "kraftwerk_raft_refused_messages", "KRaft requests and responses refused as invalid or hostile",
+            ["event", "error"], registry=self.registry,
+        )
         self.raft_epoch = Gauge("kraftwerk_raft_epoch", "Current Raft epoch", registry=self.registry)
         self.raft_leader = Gauge("kraftwerk_raft_leader_id", "Current Raft leader (-1: unknown)",
                                  registry=self.registry)
@@ -191,5 +212,19 @@ class Metrics:
                                          registry=self.registry)
         self.raft_log_end_offset = Gauge("kraftwerk_raft_log_end_offset", "Raft log end offset",
                                          registry=self.registry)
+        # A failed metadata log dir (ENOSPC, EIO on append or fsync): the node stays up,
+        # serves reads and retries the disk (see server/raft/driver.py).
+        self.storage_failures = Counter(
+            "kraftwerk_storage_failures", "Metadata log write or fsync failures that took the log offline",
+            registry=self.registry)
+        self.storage_offline = Gauge(
+            "kraftwerk_storage_offline", "1 while the metadata log is offline after a disk failure",
+            registry=self.registry)
         self.registered_brokers = Gauge("kraftwerk_registered_brokers", "Registered brokers",
                                         ["fenced"], registry=self.registry)
+
+    def note_storage_offline(self, offline: bool) -> None:
+        """The Raft driver's `on_storage_change`: the log went offline (True) or is back."""
+        if offline:
+            self.storage_failures.inc()
+        self.storage_offline.set(1 if offline else 0)

@@ -12,6 +12,11 @@ Rules kept here:
   a torn one.
 - Epochs never go backwards: both stores refuse to persist a lower epoch, and
   within an epoch a vote, once cast, never changes to another candidate.
+- A file that cannot be valid is refused when read, naming the file, what is
+  wrong and the way out (`QuorumStateError`): unparseable, an epoch outside
+  [0, MAX_EPOCH], a leader or voted id outside the configured voters, another
+  cluster's id. Start-up turns that into a clean refusal (exit 1), never a
+  traceback; guessing a state instead could let a node vote twice in an epoch.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 from dataclasses import dataclass, field
 
 from protocol.raft_records import QUORUM_STATE_DATA
+from server.raft.validate import MAX_EPOCH
 from server.storage.durable import write_file_atomically
 
 QUORUM_STATE_FILE_NAME = "quorum-state"
@@ -42,6 +48,13 @@ class QuorumState:
 
 class QuorumStateError(Exception):
     """The quorum-state file exists but cannot be trusted."""
+
+
+# The way out of a damaged file, for the operator.
+QUORUM_STATE_HINT = (
+    "stop the node, move the file aside and start the node again: it rejoins the quorum at its current "
+    "epoch (it forgets any vote it cast in that epoch, so do this on one voter at a time)"
+)
 
 
 def check_transition(old: QuorumState, new: QuorumState) -> None:
@@ -71,33 +84,89 @@ def encode_quorum_state(state: QuorumState, cluster_id: str, voters: frozenset[i
     return json.dumps(document, separators=(",", ":")).encode()
 
 
-def decode_quorum_state(data: bytes) -> QuorumState:
+def _integer(document: dict, key: str, default: int | None = None) -> int:
+    value = document.get(key, default)
+    # JSON true/false are ints to Python; a float or a string is no id or epoch either.
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        raise QuorumStateError(f"{key} is {value!r}, not an integer")
+    return value
+
+
+def _decode(data: bytes) -> tuple[QuorumState, str]:
+    """The state and the file's clusterId ("" if absent); QuorumStateError if
+    the bytes cannot be a valid file on their own."""
     try:
         document = json.loads(data)
-        epoch = int(document["leaderEpoch"])
-        leader_id = int(document.get("leaderId", NO_ID))
-        voted_id = int(document.get("votedId", NO_ID))
-        version = int(document.get("data_version", QUORUM_STATE_DATA_VERSION))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise QuorumStateError(f"unreadable quorum-state: {exc!r}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise QuorumStateError(f"not JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise QuorumStateError(f"not a JSON object but {type(document).__name__}")
+    if "leaderEpoch" not in document:
+        raise QuorumStateError("leaderEpoch is missing")
+    epoch = _integer(document, "leaderEpoch")
+    leader_id = _integer(document, "leaderId", NO_ID)
+    voted_id = _integer(document, "votedId", NO_ID)
+    version = _integer(document, "data_version", QUORUM_STATE_DATA_VERSION)
+    cluster_id = document.get("clusterId", "")
+    if not isinstance(cluster_id, str):
+        raise QuorumStateError(f"clusterId is {cluster_id!r}, not a string")
     if version not in QUORUM_STATE_DATA.versions:
-        raise QuorumStateError(f"quorum-state data_version {version} is not one we know")
-    return QuorumState(
+        raise QuorumStateError(f"data_version {version} is not one we know")
+    if not 0 <= epoch <= MAX_EPOCH:
+        raise QuorumStateError(f"leaderEpoch {epoch} is outside [0, {MAX_EPOCH}]")
+    for key, value in (("leaderId", leader_id), ("votedId", voted_id)):
+        if value < NO_ID:
+            raise QuorumStateError(f"{key} {value} is negative (only {NO_ID}, none, is allowed)")
+    state = QuorumState(
         epoch=epoch,
         leader_id=None if leader_id == NO_ID else leader_id,
         voted_id=None if voted_id == NO_ID else voted_id,
     )
+    return state, cluster_id
 
 
-def read_quorum_state(directory: str | os.PathLike[str]) -> QuorumState:
-    """The stored state, or the initial one (epoch 0) if no file exists yet."""
+def decode_quorum_state(data: bytes) -> QuorumState:
+    return _decode(data)[0]
+
+
+def check_quorum_state(state: QuorumState, file_cluster_id: str, cluster_id: str, voters: frozenset[int]) -> None:
+    """What the stored state must agree with in the node's configuration."""
+    # Kafka's own files may carry an empty clusterId: nothing to compare then.
+    if file_cluster_id and file_cluster_id != cluster_id:
+        raise QuorumStateError(
+            f"it belongs to cluster {file_cluster_id}, but this node's meta.properties says {cluster_id}: "
+            "is metadata.log.dir pointing at another node's directory?"
+        )
+    for name, node_id in (("leaderId", state.leader_id), ("votedId", state.voted_id)):
+        if node_id is not None and node_id not in voters:
+            raise QuorumStateError(
+                f"{name} {node_id} is not one of the configured voters ({', '.join(map(str, sorted(voters)))}): "
+                "the file is damaged, or controller.quorum.voters lost a voter"
+            )
+
+
+def read_quorum_state(
+    directory: str | os.PathLike[str], cluster_id: str | None = None, voters: frozenset[int] | None = None
+) -> QuorumState:
+    """The stored state, or the initial one (epoch 0) if no file exists yet.
+
+    Given `cluster_id` and `voters` it is also checked against them. Every
+    refusal is a `QuorumStateError` that names the file, what is wrong and
+    the way out.
+    """
     path = os.path.join(os.fspath(directory), QUORUM_STATE_FILE_NAME)
     try:
         with open(path, "rb") as file:
             data = file.read()
     except FileNotFoundError:
         return QuorumState()
-    return decode_quorum_state(data)
+    try:
+        state, file_cluster_id = _decode(data)
+        if cluster_id is not None and voters is not None:
+            check_quorum_state(state, file_cluster_id, cluster_id, voters)
+    except QuorumStateError as exc:
+        raise QuorumStateError(f"quorum-state file {path} cannot be valid: {exc}; {QUORUM_STATE_HINT}") from None
+    return state
 
 
 def write_quorum_state(
@@ -115,7 +184,7 @@ class FileQuorumStateStore:
         self._directory = os.fspath(directory)
         self._cluster_id = cluster_id
         self._voters = voters
-        self._current = read_quorum_state(self._directory)
+        self._current = read_quorum_state(self._directory, cluster_id, voters)
 
     def read(self) -> QuorumState:
         return self._current

@@ -15,12 +15,39 @@ Rules kept here:
   can "succeed" without the data, so the only safe continuation is to reopen
   and let recovery decide what is on disk.
 - Recovery verifies every batch (CRC, offsets contiguous across segments,
-  epochs non-decreasing). An incomplete or CRC-bad batch with nothing valid
-  after it at the end of the last segment is a torn write of an append that
-  was never acknowledged: it is cut off, fsynced and logged
-  (`storage.torn_tail_truncated`). Anything else that does not verify is
-  `CorruptLogError`: truncating there could drop acknowledged data, so the
-  node refuses to start and an operator decides.
+  epochs non-decreasing) and tells a torn write from corruption with the
+  recovery point R (`recovery-point` file, see recovery_point.py: every batch
+  below offset R was fsynced). A bad batch at the end of the last segment,
+  with nothing valid after it, whose base offset is >= R is a torn write of
+  an append that was never acknowledged: it is cut off, fsynced and logged
+  (`storage.torn_tail_truncated`). A bad batch below R, a log that ends
+  before R, and anything else that does not verify is `CorruptLogError`
+  (naming the file, byte position and base offset): truncating there could
+  drop acknowledged data, so the node refuses to start and the operator runs
+  `kraftwerk storage recover` (`MetadataLog.repair`). A log without the file
+  (written before it existed), or whose slots are both torn, is recovered by
+  the torn-tail rule alone, as before, and gets the file on open.
+- The recovery point is never ahead of the durable data:
+  - raised (a pwrite, no fsync: the commit path stays one fsync) only after
+    the data fsync in `_write`, to the new end offset;
+  - lowered durably (both slots written and fsynced) *before* any data goes:
+    `truncate_to` lowers it to the new end first, `reset_to` to the reset
+    offset first (and raises it to that offset once the reset is done);
+    `delete_before` leaves the end alone and so the point too; a reset that
+    recovery finishes discarded the log on purpose, so the point is not
+    checked against it;
+  - set to the end on every open, after recovery fsynced the last segment
+    (a process crash may leave unfsynced but complete batches in the page
+    cache; they are made durable before they count);
+  - fsynced on its own at segment roll and close; a raise the kernel has not
+    written back when the power goes only makes recovery more lenient.
+  Its I/O goes to `os` directly, not through `file_ops`: a failure there is
+  a failure of the write path all the same (the log is poisoned), and the
+  fault-injection layer keeps counting only the data's own system calls.
+- `repair` (the node stopped, the lock held throughout) lowers the point to
+  the last good batch's end, deletes later segments newest first, cuts the
+  damaged one and opens the log as a node would; a cut below the log start
+  becomes a pending reset to it, which that open finishes.
 - Synchronous plain-fd I/O (pread/pwrite, no buffered file objects) and no
   thread-affine state: the trio shell calls each method through
   `trio.to_thread.run_sync`, possibly on a different worker thread each time.
@@ -50,8 +77,8 @@ import threading
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Protocol
 
 from protocol.errors import DecodeError
 from protocol.record_batch import (
@@ -66,6 +93,13 @@ from protocol.record_batch import (
     peek_batch_length,
 )
 from server.observability import Event, get_logger
+from server.storage.recovery_point import (
+    RECOVERY_POINT_FILE_NAME,
+    RecoveryPoint,
+    RecoveryPointFile,
+    lower_recovery_point,
+    read_recovery_point,
+)
 
 _log = get_logger("storage.log")
 
@@ -94,8 +128,50 @@ class LogConfig:
                 raise ValueError(f"LogConfig.{name} must be positive")
 
 
+# The way out an operator is told about when the log does not verify.
+RECOVER_HINT = (
+    "run `kraftwerk storage recover --config FILE` to truncate the log to the last good batch "
+    "(in a quorum the node then refetches the rest from the leader; a single controller loses those records)"
+)
+
+
 class CorruptLogError(Exception):
-    """The on-disk log does not verify somewhere recovery must not truncate."""
+    """The on-disk log does not verify somewhere recovery must not truncate.
+
+    When the damage has a place, `path`, `position` (byte) and `offset` (the
+    base offset the bad batch has or should have) say where the last good
+    batch ends; `MetadataLog.repair` cuts there. They are None otherwise.
+    """
+
+    def __init__(
+        self, message: str, *, path: str | None = None, position: int | None = None, offset: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.position = position
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class RepairReport:
+    """What `MetadataLog.repair` found and did (or would do, without `apply`)."""
+
+    directory: str
+    # The CorruptLogError message recovery gave, or None if the log was fine.
+    problem: str | None
+    # The log keeps offsets below this (the last good batch's end).
+    cut_offset: int | None = None
+    # The log had been flushed up to here: at least [cut_offset, this) is lost.
+    recovery_point: int | None = None
+    removed_bytes: int = 0
+    # Segment files deleted whole, and the one cut short (with its new size).
+    removed_segments: tuple[str, ...] = ()
+    cut_segment: str | None = None
+    cut_position: int | None = None
+    # The cut fell below the log start (a snapshot's end): the log restarts empty there.
+    reset_to_start: int | None = None
+    applied: bool = False
+    end_offset: int | None = None
 
 
 class LogFailedError(Exception):
@@ -158,6 +234,22 @@ def segment_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{SEGMENT_SUFFIX}"
 
 
+def _lock_directory(directory: str) -> int:
+    """Takes the log's exclusive advisory lock; returns its fd (closing it unlocks).
+
+    Two processes appending to one log would interleave batches with clashing
+    offsets. The kernel drops the lock when the process dies, so a kill -9
+    never leaves a stale lock behind.
+    """
+    lock_fd = os.open(os.path.join(directory, LOCK_FILE_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise RuntimeError(f"metadata log {directory} is locked by another process") from None
+    return lock_fd
+
+
 def _fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -166,13 +258,25 @@ def _fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def _pwrite_all(fd: int, data: bytes, position: int) -> None:
+class FileOps(Protocol):
+    """The write-path system calls the log makes (`os` itself by default). Tests
+    pass a layer that fails them on demand (ENOSPC, EIO) to check what a node
+    does when its disk fails; reads and recovery use `os` directly."""
+
+    def pwrite(self, fd: int, data: bytes | memoryview, position: int, /) -> int: ...
+
+    def fsync(self, fd: int, /) -> None: ...
+
+    def ftruncate(self, fd: int, length: int, /) -> None: ...
+
+
+def _pwrite_all(fd: int, data: bytes, position: int, file_ops: FileOps = os) -> None:
     view = memoryview(data)
     written = 0
     # Each round writes at least one byte or raises, so this ends within
     # len(data) rounds.
     while written < len(view):
-        count = os.pwrite(fd, view[written:], position + written)
+        count = file_ops.pwrite(fd, view[written:], position + written)
         if count <= 0:
             raise OSError(f"pwrite wrote {count} bytes")
         written += count
@@ -193,10 +297,11 @@ def _pread_exact(fd: int, size: int, position: int) -> bytes:
 class MetadataLog:
     """See the module docstring. Create with `MetadataLog.open(directory)`."""
 
-    def __init__(self, directory: str, config: LogConfig, lock_fd: int) -> None:
+    def __init__(self, directory: str, config: LogConfig, lock_fd: int, file_ops: FileOps | None = None) -> None:
         # Use `open`; the constructor only sets up empty state.
         self._directory = directory
         self._config = config
+        self._file_ops: FileOps = os if file_ops is None else file_ops
         self._lock_fd: int | None = lock_fd
         self._mutex = threading.Lock()
         self._segments: list[_Segment] = []
@@ -207,29 +312,26 @@ class MetadataLog:
         # Epoch of the record just before the log start, when the
         # log-start-offset file says so (None: unknown, treated as 0).
         self._epoch_before_start: int | None = None
+        # Open once recovery succeeded; see recovery_point.py.
+        self._recovery_point: RecoveryPointFile | None = None
+        # What the file said at start-up (None: no file, or no slot verified).
+        self._recorded_point: RecoveryPoint | None = None
 
     # ------------------------------------------------------------------
     # Opening and recovery
     # ------------------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None) -> MetadataLog:
-        """Opens (creating if needed) the log in `directory` and recovers it."""
+    def open(cls, directory: str | os.PathLike[str], config: LogConfig | None = None,
+             file_ops: FileOps | None = None) -> MetadataLog:
+        """Opens (creating if needed) the log in `directory` and recovers it.
+        `file_ops` carries the write path's system calls (default: `os`)."""
         config = config or LogConfig()
         directory = os.fspath(directory)
         if not os.path.isdir(directory):
             os.makedirs(directory, exist_ok=True)
             _fsync_directory(os.path.dirname(os.path.abspath(directory)))
-        # An exclusive advisory lock: two processes appending to one log would
-        # interleave batches with clashing offsets. The kernel drops it when
-        # the process dies, so a kill -9 never leaves a stale lock behind.
-        lock_fd = os.open(os.path.join(directory, LOCK_FILE_NAME), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(lock_fd)
-            raise RuntimeError(f"metadata log {directory} is locked by another process") from None
-        log = cls(directory, config, lock_fd)
+        log = cls(directory, config, _lock_directory(directory), file_ops)
         try:
             log._recover()
         except BaseException:
@@ -237,11 +339,129 @@ class MetadataLog:
             raise
         return log
 
+    @classmethod
+    def repair(cls, directory: str | os.PathLike[str], config: LogConfig | None = None, *,
+               apply: bool) -> RepairReport:
+        """Truncates a log that recovery refuses to its last good batch (what
+        `kraftwerk storage recover` runs; the node must be stopped).
+
+        Without `apply` it only says what it would remove. With it, the
+        recovery point goes down first (durably), then every segment after the
+        damaged one is deleted (newest first) and the damaged one is cut at the
+        end of its last good batch; the log is then opened as a node would, so
+        the report's `end_offset` is what the node starts with. A cut below the
+        log start (a snapshot's end) resets the log to start empty there.
+        A `CorruptLogError` that names no place to cut is raised as is.
+        """
+        config = config or LogConfig()
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"metadata log directory {directory} does not exist")
+        lock_fd = _lock_directory(directory)
+        try:
+            damaged = cls(directory, config, lock_fd)
+            try:
+                damaged._recover()
+            except CorruptLogError as exc:
+                if exc.path is None:
+                    raise
+                plan = damaged._plan_repair(exc)
+            else:
+                return RepairReport(directory, None, end_offset=damaged.end_offset)
+            finally:
+                damaged._lock_fd = None  # the lock stays held for the whole repair
+                damaged._close_fds()
+            if not apply:
+                return plan
+            repaired = cls(directory, config, lock_fd)
+            repaired._apply_repair(plan)
+            _log.warning(Event.STORAGE_RECOVERED, directory=directory, cut_offset=plan.cut_offset,
+                         recovery_point=plan.recovery_point, bytes_removed=plan.removed_bytes,
+                         segments_removed=len(plan.removed_segments), cut_segment=plan.cut_segment,
+                         cut_position=plan.cut_position, reset_to_start=plan.reset_to_start,
+                         problem=plan.problem)
+            try:
+                repaired._recover()
+                return replace(plan, applied=True, end_offset=repaired.end_offset)
+            finally:
+                repaired._lock_fd = None
+                repaired._close_fds()
+        finally:
+            os.close(lock_fd)
+
+    def _apply_repair(self, plan: RepairReport) -> None:
+        """Carries out `repair`'s plan in an order a crash cannot turn into a
+        worse log: the recovery point first, then the newest data first."""
+        assert plan.cut_offset is not None
+        new_end = plan.reset_to_start if plan.reset_to_start is not None else plan.cut_offset
+        lower_recovery_point(self._directory, new_end)
+        if plan.reset_to_start is not None:
+            # Recorded as a pending reset: the recovery that follows finishes it
+            # exactly as it finishes a `reset_to` that a crash interrupted.
+            recorded = self._read_log_start()
+            assert recorded is not None
+            self._write_log_start(recorded._replace(reset_pending=True))
+            return
+        for path in reversed(plan.removed_segments):
+            os.unlink(path)
+        if plan.removed_segments:
+            _fsync_directory(self._directory)
+        if plan.cut_segment is not None:
+            assert plan.cut_position is not None
+            fd = os.open(plan.cut_segment, os.O_RDWR)
+            try:
+                os.ftruncate(fd, plan.cut_position)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _plan_repair(self, problem: CorruptLogError) -> RepairReport:
+        assert problem.path is not None and problem.position is not None and problem.offset is not None
+        names = sorted(name for name in os.listdir(self._directory) if _SEGMENT_NAME.match(name))
+        damaged_name = os.path.basename(problem.path)
+        doomed = [os.path.join(self._directory, name) for name in names if name > damaged_name]
+        cut_segment: str | None = problem.path
+        cut_position: int | None = problem.position
+        if problem.position == 0 and names and damaged_name != names[0]:
+            doomed.insert(0, problem.path)  # nothing good in it: it goes whole
+            cut_segment = cut_position = None
+        removed_bytes = sum(os.path.getsize(path) for path in doomed)
+        if cut_segment is not None:
+            removed_bytes += max(os.path.getsize(cut_segment) - problem.position, 0)
+        recorded = self._read_log_start()
+        reset_to_start = None
+        if recorded is not None and recorded.start_offset > problem.offset:
+            # The good data ends below the snapshot the log starts at: keep
+            # the snapshot, start the log empty at its end.
+            reset_to_start = recorded.start_offset
+        return RepairReport(
+            directory=self._directory,
+            problem=str(problem),
+            cut_offset=problem.offset,
+            recovery_point=self._recorded_point.offset if self._recorded_point is not None else None,
+            removed_bytes=removed_bytes,
+            removed_segments=tuple(doomed),
+            cut_segment=cut_segment,
+            cut_position=cut_position,
+            reset_to_start=reset_to_start,
+            end_offset=reset_to_start if reset_to_start is not None else problem.offset,
+        )
+
     def _recover(self) -> None:
+        stored_point = read_recovery_point(self._directory)
+        self._recorded_point = stored_point.point
+        if stored_point.exists and stored_point.point is None:
+            # Both slots torn: only a crash during two writes can do that. The
+            # point is unknown, and assuming one could call a torn write corruption.
+            _log.warning(Event.STORAGE_RECOVERY_POINT_UNREADABLE, directory=self._directory,
+                         file=RECOVERY_POINT_FILE_NAME)
         recorded = self._read_log_start()
         if recorded is not None and recorded.reset_pending:
             self._finish_reset(recorded)
             recorded = recorded._replace(reset_pending=False)
+            # The whole log was discarded on purpose: nothing the point
+            # vouched for is meant to be there any more.
+            self._recorded_point = None
         names = sorted(name for name in os.listdir(self._directory) if _SEGMENT_NAME.match(name))
         if not names:
             base_offset = recorded.start_offset if recorded is not None else 0
@@ -251,16 +471,34 @@ class MetadataLog:
             for index, name in enumerate(names):
                 base_offset = int(name[:20])
                 if expected_offset is not None and base_offset != expected_offset:
+                    path = os.path.join(self._directory, name)
                     raise CorruptLogError(
-                        f"{os.path.join(self._directory, name)}: segment starts at offset {base_offset}, "
-                        f"but the previous segment ends at {expected_offset} (missing or overlapping data)"
+                        f"{path}: segment starts at offset {base_offset}, but the previous segment ends at "
+                        f"{expected_offset} (missing or overlapping data); {RECOVER_HINT}",
+                        path=path,
+                        position=0,
+                        offset=expected_offset,
                     )
                 segment = self._recover_segment(base_offset, name, is_last=index == len(names) - 1)
                 self._segments.append(segment)
                 expected_offset = segment.next_offset
-        self._apply_log_start(recorded)
         active = self._segments[-1]
+        if self._recorded_point is not None and self.end_offset < self._recorded_point.offset:
+            raise CorruptLogError(
+                f"{active.path}: the log ends at offset {self.end_offset} (byte {active.size_bytes} of its last "
+                f"segment), but it had been flushed up to offset {self._recorded_point.offset} "
+                f"({RECOVERY_POINT_FILE_NAME}): acknowledged data is missing; {RECOVER_HINT}",
+                path=active.path,
+                position=active.size_bytes,
+                offset=self.end_offset,
+            )
+        self._apply_log_start(recorded)
         self._active_fd = os.open(active.path, os.O_RDWR)
+        # Whatever recovery accepted becomes durable before the recovery point
+        # counts it: a killed process can leave complete, never-fsynced batches
+        # in the page cache. Earlier segments were fsynced before each roll.
+        os.fsync(self._active_fd)
+        self._recovery_point = RecoveryPointFile.open(self._directory, self.end_offset, self._recorded_point)
         _log.info(
             Event.STORAGE_LOG_OPENED,
             directory=self._directory,
@@ -268,6 +506,7 @@ class MetadataLog:
             start_offset=self.start_offset,
             end_offset=self.end_offset,
             last_epoch=self.last_epoch,
+            recovery_point=self._recorded_point.offset if self._recorded_point is not None else None,
         )
 
     def _recover_segment(self, base_offset: int, name: str, *, is_last: bool) -> _Segment:
@@ -299,25 +538,48 @@ class MetadataLog:
         # checks are the only guard on them.
         if batch.base_offset != expected_offset:
             raise CorruptLogError(
-                f"{path}: batch at byte {position} has base offset {batch.base_offset}, expected {expected_offset}"
+                f"{path}: batch at byte {position} has base offset {batch.base_offset}, expected {expected_offset}; "
+                f"{RECOVER_HINT}",
+                path=path,
+                position=position,
+                offset=expected_offset,
             )
         if self._epochs and batch.leader_epoch < self._epochs[-1].epoch:
             raise CorruptLogError(
-                f"{path}: batch at byte {position} (offset {batch.base_offset}) has leader epoch "
-                f"{batch.leader_epoch} after epoch {self._epochs[-1].epoch}"
+                f"{path}: batch at byte {position} (base offset {batch.base_offset}) has leader epoch "
+                f"{batch.leader_epoch} after epoch {self._epochs[-1].epoch}; {RECOVER_HINT}",
+                path=path,
+                position=position,
+                offset=expected_offset,
             )
 
     def _handle_bad_batch(self, segment: _Segment, data: bytes, position: int, reason: str, *, is_last: bool) -> None:
+        # The bad batch's own header may be the damaged part, so it is named
+        # by the base offset it must have: the end of the good batches before it.
+        base_offset = segment.next_offset
+        where = dict(path=segment.path, position=position, offset=base_offset)
         if not is_last:
             raise CorruptLogError(
-                f"{segment.path}: corrupt record batch at byte {position} of {len(data)} ({reason}); "
-                "later segments exist, so this is not a torn tail"
+                f"{segment.path}: the record batch at byte {position} of {len(data)}, base offset {base_offset}, "
+                f"does not verify ({reason}); later segments exist, so this is not a torn tail; {RECOVER_HINT}",
+                **where,
+            )
+        point = self._recorded_point
+        if point is not None and base_offset < point.offset:
+            raise CorruptLogError(
+                f"{segment.path}: the record batch at byte {position} of {len(data)}, base offset {base_offset}, "
+                f"does not verify ({reason}); the log had been flushed up to offset {point.offset} "
+                f"({RECOVERY_POINT_FILE_NAME}), so this batch was durable and possibly acknowledged: "
+                f"corruption, not a torn write; {RECOVER_HINT}",
+                **where,
             )
         valid_at = _find_valid_batch_after(data, position, segment.next_offset)
         if valid_at is not None:
             raise CorruptLogError(
-                f"{segment.path}: corrupt record batch at byte {position} ({reason}) is followed by a "
-                f"valid batch at byte {valid_at}; refusing to truncate data that may have been acknowledged"
+                f"{segment.path}: the record batch at byte {position}, base offset {base_offset}, does not verify "
+                f"({reason}) but is followed by a valid batch at byte {valid_at}; refusing to truncate data "
+                f"that may have been acknowledged; {RECOVER_HINT}",
+                **where,
             )
         removed_bytes = len(data) - position
         fd = os.open(segment.path, os.O_RDWR)
@@ -470,6 +732,11 @@ class MetadataLog:
     @property
     def directory(self) -> str:
         return self._directory
+
+    @property
+    def file_ops(self) -> FileOps:
+        """The write path's system calls (`os` unless a test injected faults)."""
+        return self._file_ops
 
     @property
     def config(self) -> LogConfig:
@@ -664,14 +931,19 @@ class MetadataLog:
                     chunk_bytes += len(pending[index].data)
                     index += 1
                 assert self._active_fd is not None
-                _pwrite_all(self._active_fd, b"".join(item.data for item in chunk), active.size_bytes)
-                os.fsync(self._active_fd)
+                _pwrite_all(self._active_fd, b"".join(item.data for item in chunk), active.size_bytes,
+                            self._file_ops)
+                self._file_ops.fsync(self._active_fd)
                 for item in chunk:
                     active.batch_offsets.append(item.base_offset)
                     active.batch_positions.append(active.size_bytes)
                     active.size_bytes += len(item.data)
                     active.next_offset = item.next_offset
                     self._note_epoch(item.leader_epoch, item.base_offset)
+            # Only now, after the data fsync, may the recovery point count
+            # these batches (a pwrite; see recovery_point.py for why no fsync).
+            assert self._recovery_point is not None
+            self._recovery_point.advance(self.end_offset)
         except OSError as exc:
             self._failure = exc
             _log.error(Event.STORAGE_WRITE_FAILED, directory=self._directory, error=repr(exc))
@@ -684,6 +956,10 @@ class MetadataLog:
             # The directory entry must be durable before any acknowledged data
             # lives in the file, or a crash could lose the whole segment.
             _fsync_directory(self._directory)
+            # A roll is rare and already pays for an fsync: bound how far the
+            # recovery point's unfsynced raises can lag here.
+            assert self._recovery_point is not None
+            self._recovery_point.sync()
         except BaseException:
             os.close(fd)
             raise
@@ -768,6 +1044,11 @@ class MetadataLog:
                 raise OffsetOutOfRangeError(f"cannot truncate to {offset}, below the log start {self.start_offset}")
             old_end = self.end_offset
             try:
+                # Durably below the new end before any byte goes, or a crash
+                # midway would leave the point ahead of the data (a false
+                # corruption at the next start).
+                assert self._recovery_point is not None
+                self._recovery_point.lower(self._batch_base_at(offset))
                 self._truncate_locked(offset)
             except OSError as exc:
                 self._failure = exc
@@ -801,8 +1082,8 @@ class MetadataLog:
         assert 0 <= cut_index < len(offsets), (offset, segment.base_offset, segment.next_offset)
         position = positions[cut_index]
         assert self._active_fd is not None
-        os.ftruncate(self._active_fd, position)
-        os.fsync(self._active_fd)
+        self._file_ops.ftruncate(self._active_fd, position)
+        self._file_ops.fsync(self._active_fd)
         segment.next_offset = offsets[cut_index]
         segment.size_bytes = position
         del offsets[cut_index:]
@@ -871,6 +1152,10 @@ class MetadataLog:
         with self._mutex:
             self._check_usable()
             try:
+                # Down to the reset offset before anything goes (a crash midway
+                # is finished by recovery at that offset), up to it once done.
+                assert self._recovery_point is not None
+                self._recovery_point.lower(offset)
                 self._write_log_start(_LogStart(offset, epoch, reset_pending=True))
                 assert self._active_fd is not None
                 os.close(self._active_fd)
@@ -881,6 +1166,7 @@ class MetadataLog:
                 self._segments = [self._create_segment(offset)]
                 self._active_fd = os.open(self._segments[0].path, os.O_RDWR)
                 self._write_log_start(_LogStart(offset, epoch))
+                self._recovery_point.reset(offset)
             except OSError as exc:
                 self._failure = exc
                 _log.error(Event.STORAGE_TRUNCATE_FAILED, directory=self._directory, error=repr(exc))
@@ -911,12 +1197,35 @@ class MetadataLog:
 
     def close(self) -> None:
         with self._mutex:
+            if self._recovery_point is not None and self._lock_fd is not None:
+                try:
+                    self._recovery_point.sync()
+                except OSError as exc:
+                    # Safe to go on: an unsynced point can only lag the data.
+                    _log.warning(Event.STORAGE_WRITE_FAILED, directory=self._directory,
+                                 file=RECOVERY_POINT_FILE_NAME, error=repr(exc))
             self._close_fds()
+
+    def reopen(self) -> None:
+        """Closes the log and opens it again in place, rebuilding everything in memory
+        from what recovery finds on disk: the way back after a failed write or fsync
+        (see the rules above). Whoever holds this object keeps a valid log. If opening
+        fails, the log stays closed (`LogClosedError`) and `reopen` may be tried again."""
+        with self._mutex:
+            self._close_fds()
+            fresh = type(self).open(self._directory, self._config, self._file_ops)
+            # Adopt the recovered state wholesale (every field `open` sets), keeping the
+            # mutex other threads may be waiting on.
+            for name, value in vars(fresh).items():
+                if name != "_mutex":
+                    setattr(self, name, value)
 
     def _close_fds(self) -> None:
         if self._active_fd is not None:
             os.close(self._active_fd)
             self._active_fd = None
+        if self._recovery_point is not None:
+            self._recovery_point.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the fd releases the flock
             self._lock_fd = None

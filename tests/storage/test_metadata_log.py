@@ -24,6 +24,7 @@ from server.storage.log import (
     OffsetOutOfRangeError,
     segment_file_name,
 )
+from server.storage.recovery_point import RECOVERY_POINT_FILE_NAME
 
 SEGMENT_0 = segment_file_name(0)
 
@@ -104,7 +105,11 @@ class IoRecorder:
 
     @staticmethod
     def kind(fd):
-        return "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            return "dir"
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == RECOVERY_POINT_FILE_NAME:
+            return "recovery-point"
+        return "file"
 
     def take(self):
         events, self.events = self.events, []
@@ -114,18 +119,23 @@ class IoRecorder:
 def test_append_fsyncs_the_segment_before_returning(log_dir, monkeypatch):
     log = MetadataLog.open(log_dir, LogConfig(segment_bytes=200))
     recorder = IoRecorder(monkeypatch)
+    # One fsync per append; the recovery point moves (a pwrite, no fsync) only after it.
     log.append([b"a"], leader_epoch=1, timestamp_ms=0)
-    assert recorder.take() == [("write", "file"), ("fsync", "file")]
+    assert recorder.take() == [("write", "file"), ("fsync", "file"), ("write", "recovery-point")]
     # Group commit: many values, one batch, one fsync.
     log.append([b"v%d" % i for i in range(64)][:3], leader_epoch=1, timestamp_ms=0)
-    assert recorder.take() == [("write", "file"), ("fsync", "file")]
-    # A roll creates a segment: its directory entry is fsynced before data goes in.
+    assert recorder.take() == [("write", "file"), ("fsync", "file"), ("write", "recovery-point")]
+    # A roll creates a segment: its directory entry is fsynced before data goes in
+    # (and the recovery point, cheaply, with it).
     log.append([b"x" * 150], leader_epoch=1, timestamp_ms=0)
-    assert recorder.take() == [("fsync", "dir"), ("write", "file"), ("fsync", "file")]
+    assert recorder.take() == [("fsync", "dir"), ("fsync", "recovery-point"), ("write", "file"),
+                               ("fsync", "file"), ("write", "recovery-point")]
     assert len(segment_files(log_dir)) == 2
     log.truncate_to(1)
     events = recorder.take()
-    assert events[0] == ("fsync", "dir")  # the removed segment's unlink
+    # The recovery point goes down durably (both slots) before any data goes.
+    assert events[:3] == [("write", "recovery-point"), ("write", "recovery-point"), ("fsync", "recovery-point")]
+    assert events[3] == ("fsync", "dir")  # the removed segment's unlink
     assert events[-1] == ("fsync", "file")  # the cut segment
     log.close()
 
@@ -212,9 +222,19 @@ def test_torn_tail_is_truncated_at_every_cut_position(tmp_path):
         shutil.rmtree(directory)
 
 
+def build_log_with_unflushed_last_batch(log_dir):
+    """THREE_BATCHES, with the recovery point as it was before the last append:
+    what a crash leaves when the last append's fsync never returned (so it was
+    never acknowledged). Damage to that batch is a torn write."""
+    build_log(log_dir, THREE_BATCHES[:2])
+    point_before = (log_dir / RECOVERY_POINT_FILE_NAME).read_bytes()
+    build_log(log_dir, THREE_BATCHES[2:])
+    (log_dir / RECOVERY_POINT_FILE_NAME).write_bytes(point_before)
+
+
 @pytest.mark.parametrize("damage", ["flip_last_byte", "zero_tail", "garbage_after", "zeros_after"])
 def test_complete_but_bad_last_batch_is_a_torn_tail(log_dir, damage):
-    build_log(log_dir, THREE_BATCHES)
+    build_log_with_unflushed_last_batch(log_dir)
     path = log_dir / SEGMENT_0
     data = bytearray(path.read_bytes())
     last_size = len(encode_batch(3, 2, [b"four", b"five", b"six"], 1000))
