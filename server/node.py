@@ -44,11 +44,13 @@ from server.raft.core import RaftConfig
 from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
 from server.raft.storage import MetadataRaftLog
+from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity, ClientSecurityError
+from server.security.exposure import warn_exposed_listeners
 from server.serving import Endpoint, ServingNode
 from server.storage.durable import write_file_atomically
-from server.storage.log import LogConfig, MetadataLog
+from server.storage.log import FileOps, LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties
 
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
@@ -84,8 +86,10 @@ def read_bootstrap_checkpoint(directory: Path):
 
 
 class ControllerNode(ServingNode):
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, file_ops: FileOps | None = None) -> None:
         self.config = config
+        # The metadata log's write-path system calls (tests inject disk failures here).
+        self._file_ops = file_ops
         self.metrics = Metrics()
         # What this node's software supports: kraftwerk's own, or a Kafka release's (--release).
         self._init_serving(controller_apis(), release_supported_features(
@@ -132,6 +136,9 @@ class ControllerNode(ServingNode):
         if self.config.node_id not in voter_ids:
             raise StartupError(f"node.id {self.config.node_id} is not in controller.quorum.voters "
                                f"({', '.join(map(str, voter_ids))})")
+        # Every listener of a controller serves the KRaft RPCs: say so when one lets
+        # anyone reach the quorum (security.plaintext_controller_listener).
+        warn_exposed_listeners(self.config)
         self.cluster_id = meta.cluster_id
         supported = self.supported_node_features
         self.controller_config = ControllerConfig(
@@ -143,7 +150,8 @@ class ControllerNode(ServingNode):
         )
         self.log_dir = directory / METADATA_LOG_DIR_NAME
         try:
-            self.metadata_log = MetadataLog.open(self.log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes))
+            self.metadata_log = MetadataLog.open(self.log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes),
+                                                 file_ops=self._file_ops)
         except RuntimeError as exc:  # the log's exclusive lock is held
             raise StartupError(f"{exc}; is another controller running on {directory}? Stop it, or "
                                "give this one its own --log-dir") from None
@@ -193,7 +201,9 @@ class ControllerNode(ServingNode):
         self.raft_storage = MetadataRaftLog(self.metadata_log)
         quorum_store = FileQuorumStateStore(self.log_dir, meta.cluster_id, frozenset(voter_ids))
         self.raft_driver = RaftDriver(raft_config, self.raft_storage, quorum_store, peers, random.Random(),
-                                      client_id=f"kraftwerk-controller-{self.config.node_id}")
+                                      client_id=f"kraftwerk-controller-{self.config.node_id}",
+                                      on_refusal=self._count_refusal,
+                                      on_storage_change=self.metrics.note_storage_offline)
         # The Raft driver creates the peer connections; they speak the controller
         # listener's security protocol (issue 8).
         # A lone controller has no peers and needs no client credentials of its own.
@@ -423,6 +433,9 @@ class ControllerNode(ServingNode):
         if self.migration is not None:
             return int(self.migration.kip_state())
         return int(kip_state(ZkMigrationState(self.state.zk_migration_state), False, 0))
+
+    def _count_refusal(self, refusal: Refusal) -> None:
+        self.metrics.raft_refused_messages.labels(event=str(refusal.event), error=refusal.error.name).inc()
 
     def refresh_metrics(self) -> None:
         """Sets the gauges derived from state (called on every scrape)."""

@@ -81,6 +81,8 @@ class Event(StrEnum):
     SNAPSHOT_DELETED = "storage.snapshot_deleted"
     SNAPSHOT_PARTIAL_REMOVED = "storage.snapshot_partial_removed"
     SNAPSHOT_CORRUPT = "storage.snapshot_corrupt"
+    # A snapshot could not be written (ENOSPC, EIO): the node goes on with its log.
+    SNAPSHOT_WRITE_FAILED = "storage.snapshot_write_failed"
     RECOVERED_FROM_SNAPSHOT = "controller.recovered_from_snapshot"
     CONTROLLER_SNAPSHOT_TAKEN = "controller.snapshot_taken"
     RAFT_DRIVER_STARTED = "raft.driver_started"

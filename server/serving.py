@@ -100,8 +100,16 @@ class ServingNode:
             # A replica that loaded it would have to fetch from inside a batch (see
             # MetadataRaftLog.compact): never write one.
             return
-        snapshot_id = await trio.to_thread.run_sync(
-            write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
+        try:
+            snapshot_id = await trio.to_thread.run_sync(
+                write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
+        except OSError as exc:
+            # A snapshot is an optimisation and a rollback point, never what makes data
+            # durable (the log is): a full or failing disk skips it (the writer removed its
+            # partial file) and the next snapshot point tries again.
+            log.error(Event.SNAPSHOT_WRITE_FAILED, node_id=self.config.node_id, end_offset=end_offset,
+                      epoch=epoch, reason=reason, error=str(exc))
+            return
         mv = state.metadata_version
         log.info(Event.CONTROLLER_SNAPSHOT_TAKEN, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
                  epoch=snapshot_id.epoch, reason=reason,

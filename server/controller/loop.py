@@ -32,6 +32,11 @@ Rules kept here:
 - A standby answers every command with `NotControllerError` (NOT_CONTROLLER on
   the wire); so does a leader that lost its leadership mid-commit (the outcome
   is then unknown, as in Kafka: clients retry against the new leader).
+- A node whose metadata log went offline after a disk failure (the Raft
+  driver's `storage_offline`) answers `ControllerStorageError` instead
+  (KAFKA_STORAGE_ERROR on the wire, retriable): the command in flight when the
+  disk failed, those queued behind it, and every command until the disk is
+  back. The committed state stays what it was, so reads go on.
 - KIP-778: replaying a finalized level this node's software cannot run is
   fatal; an active controller resigns first.
 - While a metadata transaction is open in the speculative state (KIP-868; the
@@ -58,7 +63,7 @@ from server.controller.features import (
 from server.controller.snapshot import load_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
-from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, SnapshotLoaded
+from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, SnapshotLoaded, StorageFailedError
 from server.storage.snapshot import read_snapshot
 
 Command = Callable[[ControllerState, BrokerHeartbeatTracker, int, int], ControllerResult]
@@ -89,6 +94,18 @@ class NotControllerError(Exception):
     def __init__(self, leader_id: int | None) -> None:
         super().__init__(f"not the active controller (leader: {leader_id})")
         self.leader_id = leader_id
+
+
+class ControllerStorageError(NotControllerError):
+    """This node's metadata log is offline after a disk failure (ENOSPC, EIO): no
+    writes until the disk is back (KAFKA_STORAGE_ERROR, retriable). A
+    NotControllerError, so callers that only know that one still step aside."""
+
+    def __init__(self, leader_id: int | None, reason: str | None) -> None:
+        super().__init__(leader_id)
+        self.reason = reason
+        self.args = (f"this controller's metadata log is offline after a disk failure ({reason}); "
+                     f"retry (leader: {leader_id})",)
 
 
 class WritesBlockedError(Exception):
@@ -192,7 +209,7 @@ class ControllerLoop:
         and replayed. Raises NotControllerError on a standby. A `transactional` command
         may run inside an open metadata transaction; others wait until it closes."""
         if not self.active:
-            raise NotControllerError(self.driver.leader_id)
+            raise self._inactive_error()
         reply = _Reply()
         try:
             # No scheduling round when there is room: the reply is awaited next anyway.
@@ -338,12 +355,19 @@ class ControllerLoop:
         self._activated.set()
         log.info(Event.CONTROLLER_ACTIVATED, epoch=epoch, next_offset=self._next_offset)
 
+    def _inactive_error(self) -> NotControllerError:
+        """What a command gets while this node is not the active controller."""
+        driver = self.driver
+        if driver.storage_offline:
+            return ControllerStorageError(driver.leader_id, driver.storage_error)
+        return NotControllerError(driver.leader_id)
+
     def _deactivate(self) -> None:
         self.active = False
         self._activated = trio.Event()
         self._deactivated.set()
         self._speculative = None
-        error = NotControllerError(self.driver.leader_id)
+        error = self._inactive_error()
         pending, self._pending = self._pending, []
         for entry in pending:
             entry.reply.fail(error)
@@ -356,7 +380,7 @@ class ControllerLoop:
     async def _run_commands(self) -> None:
         async for command, reply, transactional in self._receive:
             if not self.active:
-                reply.fail(NotControllerError(self.driver.leader_id))
+                reply.fail(self._inactive_error())
                 continue
             if self._speculative.in_transaction and not transactional:
                 self._held.append((command, reply))
@@ -404,8 +428,12 @@ class ControllerLoop:
                 self._in_flight = self._take_batch()
                 try:
                     await self._commit(self._in_flight)
-                except NotLeaderError:
-                    error = NotControllerError(self.driver.leader_id)
+                except NotLeaderError as exc:
+                    if isinstance(exc, StorageFailedError):
+                        # This node could not make the batch durable: never "committed" here.
+                        error = ControllerStorageError(self.driver.leader_id, exc.reason)
+                    else:
+                        error = NotControllerError(self.driver.leader_id)
                     for entry in self._in_flight:
                         entry.reply.fail(error)
                     if self.active:

@@ -37,14 +37,29 @@ Rules kept here:
   the exact object from the Ready goes back to `handle_response`.
 - A request that fails or times out is reported as `None`.
 - Time is trio's clock in whole milliseconds; timers are `next_deadline_ms()`.
-- A storage failure is fatal: the exception ends `run` (the node must stop).
+- A storage failure (a write or fsync raising: ENOSPC, EIO) takes the log
+  *offline*, never the node: the core is discarded (its view of the log may
+  hold what never became durable); a leader sends EndQuorumEpoch so the
+  others elect at once; the waiters of its unfinished proposals get
+  `StorageFailedError` (never "committed" for an entry this node could not
+  make durable); held and deferred answers become KAFKA_STORAGE_ERROR (a
+  follower never acknowledges, a voter never grants, what may not be
+  durable). Offline, the driver answers every KRaft request with
+  KAFKA_STORAGE_ERROR (retriable) and every proposal or call with
+  `StorageFailedError`, and retries the disk with backoff (`storage_retry`,
+  100 ms doubling to 5 s): `MetadataRaftLog.reopen` (recovery decides what
+  is on disk), then a new core from the persisted quorum state, exactly as a
+  restart builds it (a former leader comes back resigned). The high
+  watermark this node published never goes back, so the committed reader
+  continues where it was; entries it already read are refetched identically
+  from the leader. Corruption found on reopen (`CorruptLogError`) is fatal.
 - Bounded: the input channel, the inputs taken per round, the Ready rounds
   per drain, and the per-epoch commit marks.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import errno
 import math
 import random
 from collections.abc import Callable
@@ -71,7 +86,7 @@ from server.raft.log import SnapshotId
 from server.raft.messages import WIRE_VERSIONS, ApiKey, Body
 from server.raft.validate import PeerRules, Refusal, check_request, check_response, refusal_response
 from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored, to_stored_id
-from server.storage.log import OffsetOutOfRangeError
+from server.storage.log import LogClosedError, LogFailedError, OffsetOutOfRangeError
 from server.storage.snapshot import snapshot_path
 
 _log = get_logger("raft")
@@ -107,6 +122,8 @@ MAX_INPUTS_PER_ROUND = 512
 MAX_READY_ROUNDS = 1000
 # Leaderships whose final high watermark is remembered for late commit waiters.
 MAX_COMMIT_MARKS = 16
+# How a node whose log went offline retries its disk (reopen + recovery).
+DEFAULT_STORAGE_RETRY = BackoffPolicy(initial_ms=100, max_ms=5_000)
 
 
 class NotLeaderError(Exception):
@@ -120,6 +137,35 @@ class NotLeaderError(Exception):
 
 class DriverStopped(Exception):
     """The driver is not running (not started yet, or stopped)."""
+
+
+class StorageFailedError(NotLeaderError):
+    """This node's metadata log is offline after a disk failure (ENOSPC, EIO on a
+    write or fsync): it accepts no proposal and acknowledges nothing until the disk
+    works again. Retriable. A proposal it ends has an unknown outcome (it may have
+    reached a majority through the followers' copies). A NotLeaderError, so callers
+    that step aside on a lost leadership keep doing so."""
+
+    def __init__(self, epoch: int, reason: str) -> None:
+        super().__init__(None, epoch)
+        self.reason = reason
+        self.args = (f"the metadata log is offline after a disk failure ({reason})",)
+
+
+def is_storage_failure(error: BaseException) -> bool:
+    """A failed write, fsync or truncation of the log or the quorum-state file (the
+    MetadataLog reports its own as LogFailedError from then on, or LogClosedError
+    after a reopen that failed)."""
+    return isinstance(error, (OSError, LogFailedError, LogClosedError))
+
+
+def describe_failure(error: BaseException) -> str:
+    """`ENOSPC: [Errno 28] No space left on device`, for logs and error messages."""
+    if isinstance(error, LogFailedError) and error.__cause__ is not None:
+        error = error.__cause__  # the write or fsync that failed the log first
+    code = getattr(error, "errno", None)
+    name = errno.errorcode.get(code) if isinstance(code, int) else None
+    return f"{name}: {error}" if name else repr(error)
 
 
 class CommittedBatch(NamedTuple):
@@ -168,6 +214,11 @@ class _Reply:
 error_response = m.error_response
 
 
+def _refuse_answer(answer: _Answer) -> None:
+    """Answers an inbound KRaft request with KAFKA_STORAGE_ERROR (retriable)."""
+    answer.set(error_response(answer._api_key, ErrorCode.KAFKA_STORAGE_ERROR))
+
+
 class _Answer:
     """An inbound request's reply delivered by calling `answer(body)`: no task waits
     for it (see `offer_request`). `fail` answers BROKER_NOT_AVAILABLE."""
@@ -209,7 +260,21 @@ class _Propose(NamedTuple):
 
 
 class _Flushed(NamedTuple):
-    """The background write of the leader's staged tail completed."""
+    """The background write of the leader's staged tail completed (or failed: `error`).
+    `generation` names the core it was written for (see `_take_offline`)."""
+
+    generation: int
+    error: BaseException | None
+
+
+class _Offline(NamedTuple):
+    """What a node whose log is offline still reports."""
+
+    reason: str
+    epoch: int
+    # The other node this one followed when the disk failed (None if it led or knew none).
+    leader_id: int | None
+    since_ms: int
 
 
 class _Call(NamedTuple):
@@ -243,13 +308,9 @@ class RaftDriver:
         inbox_capacity: int = DEFAULT_INBOX_CAPACITY,
         clock_ms: Callable[[], int] = trio_now_ms,
         on_refusal: Callable[[Refusal], None] | None = None,
+        storage_retry: BackoffPolicy = DEFAULT_STORAGE_RETRY,
+        on_storage_change: Callable[[bool], None] | None = None,
     ) -> None:
-        # Pre-vote stays off on the wire: protocol/apis/vote.py stops at VoteRequest v1,
-        # which has no PreVote field (KIP-996 is v2), so a pre-vote would arrive as a
-        # real vote and bump the receiver's epoch. Enable once vote.py is regenerated
-        # from a v2 spec and messages.WIRE_VERSIONS[VOTE] is 2.
-        if config.pre_vote:
-            config = dataclasses.replace(config, pre_vote=False)
         self.config = config
         self._rules = PeerRules(config.cluster_id, config.node_id, config.voters)
         self._on_refusal = on_refusal
@@ -293,6 +354,25 @@ class RaftDriver:
         # Messages refused at the boundary or by the core, by (event, error name).
         self.refused: dict[tuple[str, str], int] = {}
         self._epoch_exhausted_logged = False
+        # -- storage failures (see the module docstring) --
+        self._storage_retry = storage_retry
+        # Called with True when the log goes offline, False when it is back (metrics).
+        self._on_storage_change = on_storage_change
+        # Set while the log is offline: what the node still reports meanwhile.
+        self._offline: _Offline | None = None
+        # Bumped whenever a core is discarded or built: background writes and responses
+        # from an older generation are for a core that no longer exists.
+        self._generation = 0
+        # Inputs taken from the inbox but not handled when a storage failure struck.
+        self._unhandled: list = []
+        # epoch -> why this node's leadership of that epoch ended in a storage failure.
+        self._failed_leaderships: dict[int, str] = {}
+        self._storage_attempt = 0
+        self._online_since_ms = 0
+        self._retry_rng: random.Random | None = None
+        self.storage_failures = 0
+        # Reopen attempts that failed (the disk still refused a write), over the node's life.
+        self.storage_recovery_failures = 0
 
     # ------------------------------------------------------------------
     # State (plain reads, any task)
@@ -312,7 +392,20 @@ class RaftDriver:
 
     @property
     def leader_id(self) -> int | None:
-        return self._core.leader_id if self._core is not None else None
+        if self._core is not None:
+            return self._core.leader_id
+        # Offline: the other node this one last followed (never itself), so clients re-route.
+        return self._offline.leader_id if self._offline is not None else None
+
+    @property
+    def storage_offline(self) -> bool:
+        """True while the log is offline after a disk failure (see the module docstring)."""
+        return self._offline is not None
+
+    @property
+    def storage_error(self) -> str | None:
+        """Why the log is offline (None while it is not)."""
+        return self._offline.reason if self._offline is not None else None
 
     @property
     def is_leader(self) -> bool:
@@ -420,6 +513,8 @@ class RaftDriver:
         `wait_committed`). Raises NotLeaderError where this node is not leader."""
         if not values:
             raise ValueError("propose needs at least one value")
+        if self._offline is not None:
+            raise self._storage_failed_error()
         reply = _Reply()
         await self._submit(_Propose(list(values), reply))
         await reply.event.wait()
@@ -447,6 +542,9 @@ class RaftDriver:
                 if not leading:
                     if mark is not None and mark > offset:
                         return
+                    failure = self._failed_leaderships.get(epoch)
+                    if failure is not None:
+                        raise StorageFailedError(epoch, failure)
                     raise NotLeaderError(self.leader_id, self.epoch)
             if not self._running:
                 await trio.lowlevel.checkpoint_if_cancelled()
@@ -484,8 +582,12 @@ class RaftDriver:
             self._on_refusal(refusal)
 
     async def resign(self) -> None:
-        """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once."""
-        await self.call(lambda driver: driver._core.resign(driver._clock_ms()))
+        """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once.
+        A node whose log is offline has already resigned (see `_take_offline`)."""
+        try:
+            await self.call(lambda driver: driver._core.resign(driver._clock_ms()))
+        except StorageFailedError:
+            pass
 
     async def compact(self, snapshot_id: SnapshotId) -> int:
         """After the controller wrote snapshot file `snapshot_id` (committed state only):
@@ -500,7 +602,12 @@ class RaftDriver:
             driver._notify()
             return start
 
-        return await self.call(run)
+        try:
+            return await self.call(run)
+        except StorageFailedError:
+            # The log is (or went) offline: the snapshot file stands, and the next
+            # snapshot after the disk recovers moves the log start.
+            return self.storage.start_offset
 
     async def call(self, function: Callable[[RaftDriver], Any]) -> Any:
         """Runs `function(driver)` in the driver task (between Readies); returns its result."""
@@ -547,7 +654,7 @@ class RaftDriver:
                           voters=sorted(self.config.voters), log_start_offset=self.storage.start_offset,
                           log_end_offset=self.storage.end_offset)
                 task_status.started()
-                await self._loop()
+                await self._serve()
         finally:
             self._running = False
             self._nursery = None
@@ -573,6 +680,19 @@ class RaftDriver:
             if reply is not None:
                 reply.fail(DriverStopped("the raft driver stopped"))
 
+    async def _serve(self) -> None:
+        """The driver loop, which a storage failure interrupts: the log goes offline
+        until `_recover` has the disk back, then the loop resumes with a new core.
+        Bounded in time: every failure is followed by at least one backoff delay."""
+        while True:
+            try:
+                await self._loop()
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                self._take_offline(exc)
+                await self._recover()
+
     async def _loop(self) -> None:
         core = self._core
         assert core is not None
@@ -590,8 +710,13 @@ class RaftDriver:
                         items.append(await self._receive_channel.receive())
                 items.extend(self._take_ready_inputs(MAX_INPUTS_PER_ROUND - len(items)))
             now = self._clock_ms()
-            for item in items:
-                await self._handle_input(item, now)
+            for index, item in enumerate(items):
+                try:
+                    await self._handle_input(item, now)
+                except Exception:
+                    # Answered by `_take_offline` if this is a storage failure.
+                    self._unhandled = items[index:]
+                    raise
             if deadline_ms is not None and now >= deadline_ms:
                 core.tick(now)
 
@@ -638,7 +763,11 @@ class RaftDriver:
             else:
                 item.reply.set(result)
         elif isinstance(item, _Flushed):
+            if item.generation != self._generation:
+                return  # written for a core a storage failure discarded
             self._flushing = False
+            if item.error is not None:
+                raise item.error
             core.note_flushed(self.storage.flushed_end_offset, now)
             self._notify()
             self._start_flush()
@@ -650,6 +779,10 @@ class RaftDriver:
                 if hasattr(result, "__await__"):
                     result = await result
             except Exception as exc:
+                if is_storage_failure(exc):
+                    # The call's own I/O (compaction) failed the log: offline, as for an append.
+                    item.reply.fail(StorageFailedError(core.epoch, describe_failure(exc)))
+                    raise
                 item.reply.fail(exc)
             else:
                 item.reply.set(result)
@@ -749,12 +882,19 @@ class RaftDriver:
     async def _flush_staged(self) -> None:
         # First let the Fetch answers this Ready released leave (their writers run in
         # the next scheduling round): handing the write to a thread costs the event
-        # loop ~100 µs that would otherwise come before them. A storage failure raises
-        # here and ends `run` through the nursery (fatal).
+        # loop ~100 µs that would otherwise come before them. A storage failure is
+        # reported to the driver task, which takes the log offline.
+        generation = self._generation
         await trio.lowlevel.checkpoint()
-        await self.storage.write_staged()
+        error = None
         try:
-            await self._send_channel.send(_Flushed())
+            await self.storage.write_staged()
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            error = exc
+        try:
+            await self._send_channel.send(_Flushed(generation, error))
         except trio.ClosedResourceError:
             pass
 
@@ -767,6 +907,119 @@ class RaftDriver:
         if len(self._commit_marks) > MAX_COMMIT_MARKS:
             del self._commit_marks[min(self._commit_marks)]
         self._leader_epoch = None
+
+    # ------------------------------------------------------------------
+    # Storage failures: offline, retry, rejoin
+    # ------------------------------------------------------------------
+
+    def _storage_failed_error(self) -> StorageFailedError:
+        offline = self._offline
+        if offline is None:
+            return StorageFailedError(self.epoch, "the metadata log failed")
+        return StorageFailedError(offline.epoch, offline.reason)
+
+    def _refuse_offline(self, item) -> None:
+        """Answers an input taken while the log is offline (or left over from the
+        round a storage failure interrupted)."""
+        if isinstance(item, _Request):
+            _refuse_answer(item.reply)
+        elif isinstance(item, (_Propose, _Call)):
+            item.reply.fail(self._storage_failed_error())
+        # _Response and _Flushed belong to the discarded core.
+
+    def _take_offline(self, error: BaseException) -> None:
+        """Discards the core after a storage failure; see the module docstring."""
+        core = self._core
+        assert core is not None
+        now = self._clock_ms()
+        me = self.config.node_id
+        reason = describe_failure(error)
+        was_leader = core.role is Role.LEADER
+        epoch = core.epoch
+        self._core = None
+        self._generation += 1
+        self._offline = _Offline(reason, epoch, core.leader_id if core.leader_id != me else None, now)
+        self.storage_failures += 1
+        if now - self._online_since_ms >= self._storage_retry.max_ms:
+            self._storage_attempt = 0  # a fresh failure, not the same disk failing again
+        if self._leader_epoch is not None:
+            led = self._leader_epoch
+            # Waiters for entries past this leadership's high watermark learn that the
+            # disk failed (not merely that leadership moved): KAFKA_STORAGE_ERROR.
+            self._note_leadership_end()
+            self._failed_leaderships[led] = reason
+            if len(self._failed_leaderships) > MAX_COMMIT_MARKS:
+                del self._failed_leaderships[min(self._failed_leaderships)]
+        _log.error(Event.STORAGE_DISK_FAILED, node_id=me, epoch=epoch, role=core.role.value, error=reason,
+                   flushed_end_offset=self.storage.flushed_end_offset, high_watermark=self._high_watermark)
+        if was_leader and self._nursery is not None:
+            # Resign at once: the others elect without waiting for their fetch timeout.
+            info = core.describe()
+            others = [voter for voter in self.config.voters if voter != me]
+            preferred = sorted(others, key=lambda voter: (
+                -(info.voters[voter].end_offset if voter in info.voters else -1), voter))
+            for voter in preferred:
+                body = m.end_quorum_epoch_request(self.config.cluster_id, me, epoch, preferred)
+                self.requests_sent[ApiKey.END_QUORUM_EPOCH] += 1
+                self._nursery.start_soon(self._exchange, voter, int(ApiKey.END_QUORUM_EPOCH), body)
+        # Nothing that rests on state the failure may have left undurable goes out: held
+        # answers (vote grants, acks), deferred ones (parked fetches) and the rest of the
+        # interrupted round.
+        held, self._held = self._held, []
+        for answer, _ in held:
+            _refuse_answer(answer)
+        for answer in list(self._outstanding):
+            _refuse_answer(answer)
+        unhandled, self._unhandled = self._unhandled, []
+        for item in unhandled:
+            self._refuse_offline(item)
+        if self._on_storage_change is not None:
+            self._on_storage_change(True)
+        self._notify(role=True)
+
+    async def _recover(self) -> None:
+        """Retries the disk with backoff until the log reopens, answering the inbox
+        meanwhile, then builds a new core from the persisted quorum state."""
+        offline = self._offline
+        assert offline is not None
+        if self._retry_rng is None:
+            self._retry_rng = random.Random(self._rng.random())
+        # Bounded in time, not count: each attempt waits a backoff delay first, and the
+        # node stays up, answering, for as long as the disk stays bad.
+        attempts = 0
+        while True:
+            attempts += 1
+            delay_ms = self._storage_retry.delay_ms(self._storage_attempt, self._retry_rng)
+            self._storage_attempt += 1
+            with trio.move_on_after(delay_ms / 1000):
+                # Bounded by the delay.
+                while True:
+                    self._refuse_offline(await self._receive_channel.receive())
+            try:
+                await self.storage.reopen()
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise  # CorruptLogError: acknowledged data is damaged; an operator decides
+                _log.warning(Event.STORAGE_RECOVERY_FAILED, node_id=self.config.node_id,
+                             attempt=attempts, error=describe_failure(exc))
+                self.storage_recovery_failures += 1
+                self._notify()
+                continue
+            break
+        now = self._clock_ms()
+        # As a restart builds it: a former leader comes back resigned, a follower fetches.
+        self._core = RaftCore(self.config, self.storage, self._store.read(), self._rng, now, StoredRecordsCodec())
+        self._generation += 1
+        self._flushing = False
+        self._leader_ready_seen = False
+        self._offline = None
+        self._online_since_ms = now
+        _log.info(Event.STORAGE_DISK_RECOVERED, node_id=self.config.node_id, offline_ms=now - offline.since_ms,
+                  attempts=attempts, epoch=self._core.epoch, role=self._core.role.value,
+                  log_end_offset=self.storage.end_offset, high_watermark=self._high_watermark)
+        if self._on_storage_change is not None:
+            self._on_storage_change(False)
+        self._notify(role=True)
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
@@ -781,11 +1034,15 @@ class RaftDriver:
         else:
             timeout_ms = self.config.request_timeout_ms
         delivered = False
+        generation = self._generation
 
         def deliver(early: Body) -> None:
             # Straight from the peer's read loop into the inbox: the response does not
             # wait for this task to be scheduled first.
             nonlocal delivered
+            if self._generation != generation:
+                delivered = True  # the core that asked was discarded: drop it
+                return
             try:
                 self._send_channel.send_nowait(_Response(destination, api_key, body, early))
             except (trio.WouldBlock, trio.ClosedResourceError):
@@ -798,7 +1055,7 @@ class RaftDriver:
                                               on_response=deliver)
             except (PeerUnavailable, trio.TooSlowError):
                 response = None
-        if delivered:
+        if delivered or self._generation != generation:
             return
         try:
             await self._send_channel.send(_Response(destination, api_key, body, response))
@@ -855,6 +1112,13 @@ class CommittedReader:
                                                             self._max_bytes)
                     except OffsetOutOfRangeError:
                         continue  # the log was reset or compacted meanwhile: look again
+                    except (LogFailedError, LogClosedError):
+                        # The log failed (the driver takes it offline) or is being reopened:
+                        # read again once the driver has it back.
+                        if not driver.running:
+                            raise DriverStopped("the raft driver stopped") from None
+                        await changed.wait()
+                        continue
                     batches = decode_stored(raw)
                 out: list[CommittedBatch | SnapshotLoaded] = []
                 for batch in batches:

@@ -40,6 +40,16 @@ Rules kept here:
   the disk on the event loop, bounded by the fetch/chunk size.
 - The tail cache only ever holds a contiguous run of whole batches ending at
   the log end, and is bounded in bytes.
+- After a failed write or fsync (the MetadataLog is then unusable) `reopen`
+  is the way back: it waits for the background writer, first checks that the
+  disk takes a write again (a `DISK_PROBE_BYTES` file written and fsynced
+  through the log's own file operations, then removed: reopening a log whose
+  disk is still full would only fail again at the next append), reopens the
+  MetadataLog (its recovery cuts a torn tail), then cuts whatever lies past
+  the end this process last saw fsynced (a failed fsync may leave whole
+  batches in the page cache that a later fsync "succeeds" without writing,
+  and this node never acknowledged them), and drops the staged tail and the
+  cache: what the core sees afterwards is exactly what is on disk.
 """
 
 from __future__ import annotations
@@ -65,6 +75,9 @@ _log = get_logger("raft.storage")
 DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
 # Appends up to this size are written and fsynced on the event loop (see above).
 INLINE_APPEND_MAX_BYTES = 64 * 1024
+# What `reopen` writes to check that the disk takes writes again: what an inline append may take.
+DISK_PROBE_BYTES = INLINE_APPEND_MAX_BYTES
+DISK_PROBE_FILE_NAME = ".disk-probe"
 
 
 class StoredBatch(Batch):
@@ -130,7 +143,8 @@ class StoredRecordsCodec:
     def decode(self, records: object) -> list[Batch]:
         if not records:
             return []
-        assert isinstance(records, (bytes, bytearray, memoryview))
+        if not isinstance(records, (bytes, bytearray, memoryview)):
+            raise TypeError(f"records must be bytes, not {type(records).__name__}")
         return list(decode_stored(records))
 
 
@@ -171,6 +185,8 @@ class MetadataRaftLog:
         self._staged: list[StoredBatch] = []
         # Set while `write_staged` runs (one writer at a time).
         self._writing: trio.Event | None = None
+        # While `reopen` has not succeeded yet: the durable end before the failure.
+        self._durable_end_before_reopen: int | None = None
 
     # ------------------------------------------------------------------
     # RaftLog (what the core reads)
@@ -359,6 +375,53 @@ class MetadataRaftLog:
             if not self.has_staged:
                 break
         return self.flushed_end_offset
+
+    async def reopen(self) -> None:
+        """Rebuilds the log from disk after a failed write (see the module docstring).
+        Raises what reopening raises (OSError while the disk still fails; then the
+        MetadataLog stays closed and `reopen` may be tried again)."""
+        await self._wait_writer()
+        if self._durable_end_before_reopen is None:
+            # The MetadataLog moves its end only after a successful fsync (and keeps it
+            # after a failed one), so this is the durable end as this process knows it.
+            # Kept across failed attempts: one that reopened but could not cut has
+            # already replaced the in-memory end with what recovery found.
+            self._durable_end_before_reopen = self.metadata_log.end_offset
+        latest = await trio.to_thread.run_sync(self._reopen_sync, self._durable_end_before_reopen)
+        self._durable_end_before_reopen = None
+        self._staged = []
+        self._cache_clear()
+        self._latest_snapshot = latest
+
+    def _reopen_sync(self, durable_end: int) -> SnapshotId | None:
+        log = self.metadata_log
+        self._probe_disk_sync()
+        log.reopen()
+        # Below the log start means a snapshot install (reset) completed on reopen:
+        # the snapshot file was durable before the reset began, nothing to cut.
+        if log.start_offset <= durable_end < log.end_offset:
+            log.truncate_to(durable_end)
+        return to_raft_id(latest_snapshot(self.directory))
+
+    def _probe_disk_sync(self) -> None:
+        """Raises OSError unless DISK_PROBE_BYTES can be written and fsynced in the log's
+        directory (through the log's file operations, so injected faults count)."""
+        file_ops = self.metadata_log.file_ops
+        path = os.path.join(self.directory, DISK_PROBE_FILE_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(bytes(DISK_PROBE_BYTES))
+            written = 0
+            # Each round writes at least one byte or raises.
+            while written < len(view):
+                count = file_ops.pwrite(fd, view[written:], written)
+                if count <= 0:
+                    raise OSError(f"disk probe: pwrite wrote {count} bytes")
+                written += count
+            file_ops.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(path)
 
     async def _wait_writer(self) -> None:
         # Bounded: each wait ends with one write; only the driver task starts writes.

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import trio
 
@@ -91,6 +92,8 @@ class HarnessNode:
     scope: trio.CancelScope | None = None
     stopped: trio.Event | None = None
     incarnation: int = 0
+    # The metadata log's write-path system calls (None: os); tests inject disk failures here.
+    file_ops: Any = None
     # The replayed "controller state": data values in commit order.
     values: list[bytes] = field(default_factory=list)
     applied_offset: int = 0
@@ -124,10 +127,14 @@ class HarnessNode:
 
 
 class RaftCluster:
-    def __init__(self, tmp_path: Path, nursery: trio.Nursery, size: int, **raft_settings) -> None:
+    def __init__(self, tmp_path: Path, nursery: trio.Nursery, size: int, *, file_ops: dict | None = None,
+                 storage_retry: BackoffPolicy | None = None, **raft_settings) -> None:
         self.tmp_path = tmp_path
         self.nursery = nursery
         self.size = size
+        # node id -> FileOps for that node's metadata log (see tests/raft/faulty_disk.py).
+        self.file_ops = dict(file_ops or {})
+        self.storage_retry = storage_retry
         self.settings = {**TEST_RAFT_SETTINGS, **raft_settings}
         self.voters = frozenset(range(1, size + 1))
         self.nodes: dict[int, HarnessNode] = {}
@@ -143,7 +150,8 @@ class RaftCluster:
             port = listeners[0].socket.getsockname()[1]
             bound[node_id] = listeners
             self.addresses[node_id] = PeerAddress(node_id, "127.0.0.1", port)
-            self.nodes[node_id] = HarnessNode(node_id, self.tmp_path / f"node-{node_id}", port)
+            self.nodes[node_id] = HarnessNode(node_id, self.tmp_path / f"node-{node_id}", port,
+                                              file_ops=self.file_ops.get(node_id))
         for node_id in sorted(self.voters):
             await self.start_node(node_id, bound[node_id])
 
@@ -157,13 +165,15 @@ class RaftCluster:
             # The same port as before (trio sets SO_REUSEADDR), so the peers' addresses still hold.
             listeners = await trio.open_tcp_listeners(node.port, host="127.0.0.1")
         node.incarnation += 1
-        node.metadata_log = MetadataLog.open(node.directory, LogConfig(segment_bytes=4096))
+        node.metadata_log = MetadataLog.open(node.directory, LogConfig(segment_bytes=4096), file_ops=node.file_ops)
         node.storage = MetadataRaftLog(node.metadata_log)
         store = FileQuorumStateStore(node.directory, CLUSTER_ID, self.voters)
         node.raft_driver = RaftDriver(
             self.raft_config(node_id), node.storage, store, self.addresses,
             random.Random(f"{node_id}/{node.incarnation}"),
             peer_backoff=BackoffPolicy(initial_ms=10, max_ms=100),
+            on_storage_change=node.metrics.note_storage_offline,
+            **({"storage_retry": self.storage_retry} if self.storage_retry is not None else {}),
         )
         node.values = []
         node.applied_offset = 0
@@ -280,9 +290,10 @@ class RaftCluster:
 
 
 @asynccontextmanager
-async def raft_cluster(tmp_path: Path, size: int = 3, **raft_settings):
+async def raft_cluster(tmp_path: Path, size: int = 3, **settings):
+    """`settings`: RaftConfig fields, plus `file_ops` and `storage_retry` (see RaftCluster)."""
     async with trio.open_nursery() as nursery:
-        cluster = RaftCluster(tmp_path, nursery, size, **raft_settings)
+        cluster = RaftCluster(tmp_path, nursery, size, **settings)
         await cluster.start()
         try:
             yield cluster
