@@ -3,6 +3,7 @@
 Owns: argument parsing and output for
   kraftwerk controller --config FILE            run a controller
   kraftwerk storage format|random-uuid          prepare a metadata directory
+  kraftwerk storage recover                     truncate a damaged metadata log
   kraftwerk features describe|upgrade|downgrade|disable   like kafka-features.sh
   kraftwerk metadata-quorum describe            like kafka-metadata-quorum.sh
   kraftwerk demo                                a local controller plus an upgrade story
@@ -113,9 +114,23 @@ def _open_node(node_class, config):
         node = node_class(config)
     except ValueError as exc:  # a configuration the node cannot serve (e.g. an unknown SASL mechanism)
         raise CommandError(f"bad configuration: {exc}") from None
+    from server.observability import Event, get_logger
+    from server.raft.quorum_state import QuorumStateError
+    from server.storage.log import CorruptLogError
+
     try:
         node.open()
     except StartupError as exc:
+        raise CommandError(str(exc)) from None
+    except CorruptLogError as exc:
+        # Damaged durable state: one structured line for the log pipeline, the
+        # message (with the way out) for the operator, exit 1 — no traceback, and
+        # a supervisor that restarts the node gets the same refusal each time.
+        get_logger("storage").error(Event.STORAGE_CORRUPTION_DETECTED, path=exc.path, position=exc.position,
+                                    base_offset=exc.offset, error=str(exc))
+        raise CommandError(str(exc)) from None
+    except QuorumStateError as exc:
+        get_logger("raft").error(Event.QUORUM_STATE_INVALID, error=str(exc))
         raise CommandError(str(exc)) from None
     return node
 
@@ -257,6 +272,91 @@ def cmd_storage_format(args) -> int:
         print(f"Formatting metadata directory {directory} with metadata.version "
               f"{metadata_version_from_level(level)}.")
     return EXIT_OK
+
+
+def _confirmed(prompt: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{prompt} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def cmd_storage_recover(args) -> int:
+    """Truncates a metadata log that start-up refuses to its last good batch."""
+    from server.node import METADATA_LOG_DIR_NAME
+    from server.observability import configure_logging
+    from server.storage.log import RECOVER_HINT, CorruptLogError, LogConfig, MetadataLog
+
+    config = _load_config(args)
+    configure_logging(config.log_level)
+    log_dir = Path(config.metadata_log_dir) / METADATA_LOG_DIR_NAME
+    log_config = LogConfig(segment_bytes=config.log_segment_bytes)
+    if not log_dir.is_dir():
+        raise CommandError(f"{log_dir} does not exist: nothing to recover (is --config the node's config?)")
+    try:
+        plan = MetadataLog.repair(log_dir, log_config, apply=False)
+    except RuntimeError as exc:  # the log's lock: the node is running
+        raise CommandError(f"{exc}; stop the node first") from None
+    except CorruptLogError as exc:
+        raise CommandError(f"{exc}\nThis damage has no single place to cut; restore the directory from a "
+                           "backup, or (in a quorum) wipe it and let the node refetch everything") from None
+    except OSError as exc:
+        raise CommandError(f"cannot read {log_dir}: {exc}") from None
+    if plan.problem is None:
+        print(f"The metadata log in {log_dir} verifies (end offset {plan.end_offset}); nothing to recover.")
+        return EXIT_OK
+    # A lone controller has no one to refetch from; a broker (an observer) always has the controllers.
+    single = "controller" in config.process_roles and len(config.quorum_voters) <= 1
+    problem = plan.problem.replace(f"; {RECOVER_HINT}", "")  # this command is the way out it names
+    print(f"The metadata log in {log_dir} does not verify:\n  {problem}")
+    print(_describe_repair(plan))
+    if single:
+        print("This is a single controller: the removed records are lost for good (clients that were told "
+              "they succeeded will not find them).")
+    else:
+        print("In a quorum the node refetches the removed records from the leader when it starts. If a "
+              "majority of the voters lose the same committed records this way, the quorum loses them.")
+    if not args.yes and not _confirmed("Truncate the log?"):
+        print("Nothing changed: re-run with --yes to truncate.", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        done = MetadataLog.repair(log_dir, log_config, apply=True)
+    except RuntimeError as exc:
+        raise CommandError(f"{exc}; stop the node first") from None
+    except (CorruptLogError, OSError) as exc:
+        raise CommandError(f"recovery failed: {exc}") from None
+    if done.problem is None:
+        print(f"The log verified when it was opened again (end offset {done.end_offset}); nothing was cut.")
+        return EXIT_OK
+    if done.cut_offset != plan.cut_offset or done.removed_bytes != plan.removed_bytes:
+        # The directory changed between the look and the cut: say what was really done.
+        print("The log changed in the meantime; what was done instead:\n" + _describe_repair(done))
+    print(f"Done: the log now ends at offset {done.end_offset}; the recovery point was reset to it.")
+    print("Start the node again." + ("" if single else " It refetches what is missing from the leader."))
+    return EXIT_OK
+
+
+def _describe_repair(plan) -> str:
+    lines = []
+    if plan.reset_to_start is not None:
+        lines.append(f"  The last good batch ends at offset {plan.cut_offset}, below the snapshot the log starts "
+                     f"at ({plan.reset_to_start}): the log restarts empty at offset {plan.reset_to_start}.")
+    else:
+        lines.append(f"  Keeps offsets below {plan.cut_offset} (the last good batch); removes offset "
+                     f"{plan.cut_offset} and everything after it.")
+    if plan.recovery_point is not None and plan.recovery_point > plan.cut_offset:
+        lines.append(f"  The log had been flushed up to offset {plan.recovery_point}: at least "
+                     f"{plan.recovery_point - plan.cut_offset} record(s) (offsets {plan.cut_offset}.."
+                     f"{plan.recovery_point - 1}) were durable and are removed.")
+    removed = [f"{plan.removed_bytes} bytes"]
+    if plan.cut_segment is not None:
+        removed.append(f"{Path(plan.cut_segment).name} cut at byte {plan.cut_position}")
+    if plan.removed_segments:
+        removed.append("segments deleted: " + ", ".join(Path(path).name for path in plan.removed_segments))
+    lines.append("  Removes " + "; ".join(removed) + ".")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------
@@ -615,23 +715,42 @@ def _wait_for_interrupt(processes) -> None:
         pass
 
 
+def _interrupt_on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def cmd_cluster_up(args) -> int:
     from server.local_cluster import LocalClusterError
     from server.upgrade_story import LocalCluster, StoryError
 
     if args.zookeeper:
+        if args.secure:
+            raise CommandError("--secure and --zookeeper cannot be combined (the migration runs on PLAINTEXT)")
         return _cluster_up_zookeeper(args)
     if not 1 <= args.controllers <= 9:
         raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
     if not 0 <= args.brokers <= 50:
         raise CommandError("--brokers must be between 0 and 50")
+    # The nodes run in sessions of their own and would outlive a `kill`: SIGTERM stops
+    # them like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     work = Path(args.dir).resolve()
     if work.exists() and not args.keep:
         import shutil
 
         shutil.rmtree(work)
-    cluster = LocalCluster(work, args.controllers, args.brokers, args.base_port, args.broker_base_port,
-                           release=args.release, metadata_version=args.metadata_version)
+    if args.secure:
+        from server.local_cluster import SecureLocalCluster
+
+        try:
+            cluster = SecureLocalCluster(work, args.controllers, args.brokers, args.base_port,
+                                         args.broker_base_port, release=args.release,
+                                         metadata_version=args.metadata_version)
+        except LocalClusterError as exc:
+            raise CommandError(str(exc)) from None
+    else:
+        cluster = LocalCluster(work, args.controllers, args.brokers, args.base_port, args.broker_base_port,
+                               release=args.release, metadata_version=args.metadata_version)
     try:
         print(f"Formatting {args.controllers} controller(s) and {args.brokers} broker(s) in {work} "
               f"(cluster id {cluster.cluster_id})", flush=True)
@@ -646,13 +765,16 @@ def cmd_cluster_up(args) -> int:
             cluster.wait_unfenced([b.node_id for b in cluster.brokers])
             print(f"  brokers {', '.join(str(b.node_id) for b in cluster.brokers)} registered and unfenced",
                   flush=True)
-        print("\nReach it with:")
         first = (cluster.brokers or cluster.controllers)[0].address
-        print(f"  kraftwerk features describe --bootstrap-server {first}")
-        print(f"  kraftwerk metadata-quorum describe --status --bootstrap-controller "
-              f"{cluster.controllers[0].address}")
-        print(f"  kcat -L -b {first}")
-        print(f"  python -m kafka.admin -b {first} cluster describe-features", flush=True)
+        if args.secure:
+            _print_secure_access(cluster, first)
+        else:
+            print("\nReach it with:")
+            print(f"  kraftwerk features describe --bootstrap-server {first}")
+            print(f"  kraftwerk metadata-quorum describe --status --bootstrap-controller "
+                  f"{cluster.controllers[0].address}")
+            print(f"  kcat -L -b {first}")
+            print(f"  python -m kafka.admin -b {first} cluster describe-features", flush=True)
         if not args.exit:
             _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
@@ -660,6 +782,28 @@ def cmd_cluster_up(args) -> int:
         raise CommandError(str(exc)) from None
     finally:
         cluster.stop_all()
+
+
+def _print_secure_access(cluster, first: str) -> None:
+    """How an operator reaches a `cluster up --secure` cluster (no secret is printed)."""
+    from server.local_cluster import BROKER_USER, CONTROLLER_USER, NODE_MECHANISM, OPERATOR_MECHANISM, \
+        OPERATOR_USER
+
+    material = cluster.material
+    config = material.command_config_path
+    print(f"\nEvery listener is SASL_SSL (CA: {material.ca_path}), with the StandardAuthorizer: the nodes "
+          f"log in with {NODE_MECHANISM}")
+    print(f"as User:{CONTROLLER_USER} and User:{BROKER_USER}, super users like User:{OPERATOR_USER}; any other "
+          "principal needs ACLs")
+    print("and cannot send Vote, BeginQuorumEpoch or Fetch to the controllers.")
+    print(f"Reach it as User:{OPERATOR_USER} ({OPERATOR_MECHANISM}; password in {config}, mode 0600):")
+    print(f"  kraftwerk features describe --bootstrap-server {first} --command-config {config}")
+    print(f"  kraftwerk metadata-quorum describe --status --bootstrap-controller "
+          f"{cluster.controllers[0].address} --command-config {config}")
+    print(f"  kcat -L -b {first} -F {material.librdkafka_config_path}")
+    print(f"  kafka-python: KafkaAdminClient(bootstrap_servers='{first}', security_protocol='SASL_SSL', "
+          f"sasl_mechanism='{OPERATOR_MECHANISM}', sasl_plain_username='{OPERATOR_USER}', "
+          f"sasl_plain_password=<from {config.name}>, ssl_cafile='{material.ca_path}')", flush=True)
 
 
 def _cluster_up_zookeeper(args) -> int:
@@ -960,7 +1104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_zk_broker_arguments(broker)
     broker.set_defaults(func=cmd_broker)
 
-    storage = sub.add_parser("storage", help="format a metadata directory")
+    storage = sub.add_parser("storage", help="format a metadata directory, or recover a damaged log")
     storage_sub = storage.add_subparsers(dest="storage_command", required=True)
     fmt = storage_sub.add_parser("format", help="write meta.properties and the bootstrap records")
     _add_config(fmt, required=False)
@@ -974,6 +1118,11 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.set_defaults(func=cmd_storage_format)
     uuid_parser = storage_sub.add_parser("random-uuid", help="print a new cluster id")
     uuid_parser.set_defaults(func=cmd_storage_random_uuid)
+    recover = storage_sub.add_parser("recover", help="truncate a damaged metadata log to its last good batch "
+                                                     "(the node must be stopped)")
+    _add_config(recover, required=False)
+    recover.add_argument("--yes", "-y", action="store_true", help="truncate without asking")
+    recover.set_defaults(func=cmd_storage_recover)
 
     features = sub.add_parser("features", help="describe and change finalized features")
     features_sub = features.add_subparsers(dest="features_command", required=True)
@@ -1033,6 +1182,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a ZooKeeper-mode cluster (real ZooKeeper, seeded) with KRaft controllers migrating it "
                          "(KIP-866); stops at MigrationActive and prints the next steps")
     up.add_argument("--zookeeper-port", type=int, default=2181, help="with --zookeeper: ZooKeeper's client port")
+    up.add_argument("--secure", action="store_true",
+                    help="SASL_SSL on every listener (a generated CA, PLAIN users for the nodes, a SCRAM user "
+                         "admin for you), the StandardAuthorizer with the nodes as super users; prints a "
+                         "--command-config file (docs/security.md)")
     up.set_defaults(func=cmd_cluster_up)
     story = cluster_sub.add_parser("demo-upgrade", help="3 controllers + 3 brokers: roll 3.5 -> 3.7, upgrade "
                                                         "metadata.version online, downgrade safe and unsafe")

@@ -5,11 +5,19 @@ Owns: writing a node's properties file, formatting its directory with the
 real `kraftwerk storage format`, starting `kraftwerk controller` or
 `kraftwerk broker` as a child process (ready once it writes its port file),
 and stopping it (SIGTERM, then SIGKILL). Every wait is bounded.
+
+Also owns `kraftwerk cluster up --secure`: `secure_material` (a CA and a node
+certificate made with the openssl command, random passwords, the operator's client
+properties; secrets only in files of mode 0600 under a 0700 directory) and
+`SecureLocalCluster` (every listener SASL_SSL, nodes logging in with PLAIN against
+static users, the operator with SCRAM, the StandardAuthorizer with the nodes and the
+operator as super users).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,6 +26,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import trio
+
+from server.client import ClientError, KafkaClient
+from server.config import load_properties
+from server.security.client_config import ClientSecurity
+from server.storage.meta_properties import random_uuid_string, read_meta_properties
 
 # A broker reports its port only once its image has caught up (up to 30 s of its own).
 START_TIMEOUT_S = 60.0
@@ -88,13 +103,15 @@ def voters_property(specs: list[ControllerSpec]) -> str:
     return ",".join(f"{s.node_id}@127.0.0.1:{s.port}" for s in specs)
 
 
-def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict[str, str] | None = None) -> Path:
+def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict[str, str] | None = None,
+                 broker_listener: str = "PLAINTEXT") -> Path:
+    """Writes the node's properties file; `broker_listener` names a broker's client listener."""
     if spec.role == "broker":
         lines = [
             f"# Broker {spec.node_id}, written by kraftwerk's local cluster tooling.",
             f"node.id={spec.node_id}",
             "process.roles=broker",
-            f"listeners=PLAINTEXT://127.0.0.1:{spec.port}",
+            f"listeners={broker_listener}://127.0.0.1:{spec.port}",
             f"metadata.log.dir={spec.metadata_dir}",
             f"controller.quorum.voters={voters_property(voters)}",
         ]
@@ -119,10 +136,11 @@ def run_cli(*argv: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
     return subprocess.run(CLI + list(argv), capture_output=True, text=True, timeout=timeout_s)
 
 
-def format_controller(spec: ControllerSpec, cluster_id: str, metadata_version: str | None) -> None:
+def format_controller(spec: ControllerSpec, cluster_id: str, metadata_version: str | None,
+                      extra_args: tuple[str, ...] = ()) -> None:
     if (spec.metadata_dir / "meta.properties").exists():
         return
-    argv = ["storage", "format", "--cluster-id", cluster_id, "--config", str(spec.config_path)]
+    argv = ["storage", "format", "--cluster-id", cluster_id, "--config", str(spec.config_path), *extra_args]
     if metadata_version:
         argv += ["--metadata-version", metadata_version]
     result = run_cli(*argv)
@@ -223,3 +241,325 @@ def plan_brokers(directory: Path, brokers: int, base_port: int, first_id: int = 
 start_node = start_controller
 stop_node = stop_controller
 format_node = format_controller
+
+
+# -- `cluster up --secure`: certificates, credentials and a SASL_SSL cluster ------------
+
+SECURE_DIRECTORY = "secure"
+PASSWORDS_FILE = "passwords.properties"
+OPENSSL_TIMEOUT_S = 30.0
+CERTIFICATE_VALIDITY_DAYS = 365
+SECURE_PROBE_TIMEOUT_S = 10.0
+SECURE_POLL_S = 0.1  # asking other processes again: there is no event to wait on
+# Nodes log in to the controllers with PLAIN against static users in the controller
+# listener's JAAS line: SCRAM credentials live in the metadata log, which a controller
+# has not committed before the first election (nor, after a full restart, before the
+# quorum has a leader again), so controllers could never authenticate each other.
+NODE_MECHANISM = "PLAIN"
+# Operators use SCRAM: their credentials are UserScramCredentialRecords written at format time.
+OPERATOR_MECHANISM = "SCRAM-SHA-512"
+CONTROLLER_USER, BROKER_USER, OPERATOR_USER = "controller", "broker", "admin"
+SECURE_LISTENER = "SASL_SSL"  # the brokers' client listener
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+# openssl's request and extension settings, passed with -config so that no system
+# openssl.cnf is needed. Node certificates name 127.0.0.1 and localhost (host names are
+# checked: ssl.endpoint.identification.algorithm=https) and serve as client
+# certificates too; CA:TRUE is critical and the leaf carries authorityKeyIdentifier
+# (what strict X.509 checks ask for).
+_OPENSSL_CONFIG = """\
+[ req ]
+distinguished_name = subject
+prompt = no
+[ subject ]
+O = kraftwerk local cluster
+[ ca_extensions ]
+basicConstraints = critical, CA:TRUE, pathlen:0
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+[ node_extensions ]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = IP:127.0.0.1, DNS:localhost
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SecureMaterial:
+    """What `cluster up --secure` generates once in <dir>/secure (mode 0700) and reuses
+    with --keep: a CA, the nodes' key and certificate, the users' passwords (0600 files
+    only, never printed or logged) and the operator's client properties."""
+
+    directory: Path
+    passwords: dict[str, str] = field(repr=False)
+
+    @property
+    def ca_path(self) -> Path:
+        return self.directory / "ca.pem"
+
+    @property
+    def keystore_path(self) -> Path:
+        return self.directory / "node-keystore.pem"
+
+    @property
+    def passwords_path(self) -> Path:
+        return self.directory / PASSWORDS_FILE
+
+    @property
+    def command_config_path(self) -> Path:
+        """Kafka client properties for User:admin: `--command-config` of kraftwerk and Kafka's tools."""
+        return self.directory / "admin-client.properties"
+
+    @property
+    def librdkafka_config_path(self) -> Path:
+        """The same for librdkafka (`kcat -F`)."""
+        return self.directory / "admin-librdkafka.properties"
+
+    def scram_arguments(self) -> tuple[str, ...]:
+        """`storage format --add-scram` for the operator (controllers' bootstrap records)."""
+        return ("--add-scram", f"{OPERATOR_MECHANISM}=[name={OPERATOR_USER},password={self.passwords[OPERATOR_USER]}]")
+
+    def node_properties(self, role: str) -> dict[str, str]:
+        """The security settings of one node (a controller or a broker)."""
+        user = BROKER_USER if role == "broker" else CONTROLLER_USER
+        login = f'{PLAIN_LOGIN_MODULE} required username="{user}" password="{self.passwords[user]}"'
+        properties = {
+            "listener.security.protocol.map": f"CONTROLLER:SASL_SSL,{SECURE_LISTENER}:SASL_SSL",
+            "controller.listener.names": "CONTROLLER",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore_path),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_path),
+            "sasl.mechanism.controller.protocol": NODE_MECHANISM,
+            "authorizer.class.name": STANDARD_AUTHORIZER,
+            "super.users": ";".join(f"User:{name}" for name in (CONTROLLER_USER, BROKER_USER, OPERATOR_USER)),
+        }
+        if role == "broker":
+            properties[f"listener.name.{SECURE_LISTENER.lower()}.sasl.enabled.mechanisms"] = OPERATOR_MECHANISM
+            properties["listener.name.controller.plain.sasl.jaas.config"] = login + ";"
+        else:
+            # On a controller the line is both its own login and the listener's static users.
+            static = " ".join(f'user_{name}="{self.passwords[name]}"' for name in (CONTROLLER_USER, BROKER_USER))
+            properties["listener.name.controller.sasl.enabled.mechanisms"] = f"{NODE_MECHANISM},{OPERATOR_MECHANISM}"
+            properties["listener.name.controller.plain.sasl.jaas.config"] = f"{login} {static};"
+        return properties
+
+    def operator_security(self) -> ClientSecurity:
+        return ClientSecurity("SASL_SSL", ssl_cafile=str(self.ca_path), sasl_mechanism=OPERATOR_MECHANISM,
+                              sasl_username=OPERATOR_USER, sasl_password=self.passwords[OPERATOR_USER])
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Creates (or replaces) a file only its owner can read."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+
+
+def _openssl(*argv: str, cwd: Path) -> None:
+    try:
+        result = subprocess.run(["openssl", *argv], cwd=cwd, capture_output=True, text=True,
+                                timeout=OPENSSL_TIMEOUT_S)
+    except FileNotFoundError:
+        raise LocalClusterError("--secure generates its certificates with the openssl command, which is not "
+                                "installed (Debian/Ubuntu: apt-get install openssl)") from None
+    except subprocess.TimeoutExpired:
+        raise LocalClusterError(f"openssl {argv[0]} did not finish within {OPENSSL_TIMEOUT_S:.0f} s") from None
+    if result.returncode != 0:
+        raise LocalClusterError(f"openssl {argv[0]} failed: {result.stderr.strip()}")
+
+
+def generate_certificates(directory: Path) -> None:
+    """A CA and one node certificate (EC P-256, SHA-256, 127.0.0.1 and localhost) signed
+    by it, with the openssl command: ca.pem (every node's and client's truststore) and
+    node-keystore.pem (key and certificate, Kafka's PEM keystore). The CA key is deleted
+    once the certificate is signed: nothing else may be issued under a CA every node trusts."""
+    config = directory / "openssl.cnf"
+    config.write_text(_OPENSSL_CONFIG)
+    key_options = ("-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256")
+    days = str(CERTIFICATE_VALIDITY_DAYS)
+    try:
+        _openssl("genpkey", *key_options, "-out", "ca-key.pem", cwd=directory)
+        _openssl("req", "-new", "-x509", "-config", config.name, "-extensions", "ca_extensions", "-key", "ca-key.pem",
+                 "-subj", "/O=kraftwerk local cluster/CN=kraftwerk local CA", "-days", days, "-sha256",
+                 "-out", "ca.pem", cwd=directory)
+        _openssl("genpkey", *key_options, "-out", "node-key.pem", cwd=directory)
+        _openssl("req", "-new", "-config", config.name, "-key", "node-key.pem",
+                 "-subj", "/O=kraftwerk local cluster/CN=localhost", "-out", "node.csr", cwd=directory)
+        _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                 "-set_serial", f"0x{secrets.token_hex(16)}", "-days", days, "-sha256", "-extfile", config.name,
+                 "-extensions", "node_extensions", "-out", "node-cert.pem", cwd=directory)
+        _write_private(directory / "node-keystore.pem",
+                       (directory / "node-key.pem").read_text() + (directory / "node-cert.pem").read_text())
+    finally:
+        for name in ("ca-key.pem", "node-key.pem", "node-cert.pem", "node.csr", "openssl.cnf"):
+            (directory / name).unlink(missing_ok=True)
+
+
+def _client_files(material: SecureMaterial) -> None:
+    password = material.passwords[OPERATOR_USER]
+    _write_private(material.command_config_path, "\n".join([
+        f"# User:{OPERATOR_USER} (a super user) of the local cluster: {OPERATOR_MECHANISM} over TLS.",
+        "# kraftwerk ... --command-config FILE, and Kafka's own tools (--command-config).",
+        "security.protocol=SASL_SSL",
+        f"sasl.mechanism={OPERATOR_MECHANISM}",
+        f'sasl.jaas.config={SCRAM_LOGIN_MODULE} required username="{OPERATOR_USER}" password="{password}";',
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={material.ca_path}",
+    ]) + "\n")
+    _write_private(material.librdkafka_config_path, "\n".join([
+        f"# User:{OPERATOR_USER} of the local cluster, in librdkafka's names (kcat -F FILE).",
+        "security.protocol=SASL_SSL",
+        f"sasl.mechanisms={OPERATOR_MECHANISM}",
+        f"sasl.username={OPERATOR_USER}",
+        f"sasl.password={password}",
+        f"ssl.ca.location={material.ca_path}",
+    ]) + "\n")
+
+
+def secure_material(directory: Path) -> SecureMaterial:
+    """The material in `directory`, generated when it is not there yet."""
+    passwords_path = directory / PASSWORDS_FILE
+    if passwords_path.exists() and (directory / "ca.pem").exists() and (directory / "node-keystore.pem").exists():
+        passwords = load_properties(passwords_path.read_text())
+        if all(passwords.get(user) for user in (CONTROLLER_USER, BROKER_USER, OPERATOR_USER)):
+            material = SecureMaterial(directory, passwords)
+            _client_files(material)
+            return material
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700)
+    generate_certificates(directory)
+    # URL-safe characters only: nothing to escape in a JAAS line or a properties file.
+    passwords = {user: secrets.token_urlsafe(24) for user in (CONTROLLER_USER, BROKER_USER, OPERATOR_USER)}
+    _write_private(passwords_path, "".join(f"{user}={password}\n" for user, password in passwords.items()))
+    material = SecureMaterial(directory, passwords)
+    _client_files(material)
+    return material
+
+
+class SecureLocalCluster:
+    """Controllers (ids 1..) and brokers (ids 101..) on 127.0.0.1 whose every listener is
+    SASL_SSL, with the StandardAuthorizer and the nodes and the operator as super users
+    (what `kraftwerk cluster up --secure` runs; docs/security.md). The same interface as
+    server/upgrade_story.py's LocalCluster where `cluster up` uses it; its probes log
+    in as the operator."""
+
+    def __init__(self, work: Path, controllers: int, brokers: int, controller_base_port: int | None = None,
+                 broker_base_port: int | None = None, release: str | None = None,
+                 metadata_version: str | None = None) -> None:
+        self.work = work
+        self.controllers = plan(work, controllers, controller_base_port or free_port_run(controllers))
+        self.brokers = plan_brokers(work, brokers, broker_base_port or free_port_run(max(brokers, 1)))
+        self.release = release
+        self.metadata_version = metadata_version
+        formatted = read_meta_properties(self.controllers[0].metadata_dir) \
+            if self.controllers[0].metadata_dir.exists() else None
+        if formatted is not None and not (work / SECURE_DIRECTORY / PASSWORDS_FILE).exists():
+            # Its log holds no credential for a new operator password: nobody could log in.
+            raise LocalClusterError(f"{work} holds a cluster formatted without --secure; start a fresh one "
+                                    "(without --keep, or another --dir)")
+        self.material = secure_material(work / SECURE_DIRECTORY)
+        self.cluster_id = formatted.cluster_id if formatted is not None else random_uuid_string()
+        self.processes: dict[int, ControllerProcess] = {}
+
+    @property
+    def specs(self) -> list[ControllerSpec]:
+        return self.controllers + self.brokers
+
+    def spec(self, node_id: int) -> ControllerSpec:
+        return next(s for s in self.specs if s.node_id == node_id)
+
+    def _write_config(self, spec: ControllerSpec) -> None:
+        extra = self.material.node_properties(spec.role)
+        if spec.role == "broker":
+            extra["broker.heartbeat.interval.ms"] = "500"  # quick liveness for a local cluster
+        else:
+            extra["broker.session.timeout.ms"] = "9000"
+        if self.release:
+            extra["kraftwerk.release"] = self.release
+        write_config(spec, self.controllers, extra, broker_listener=SECURE_LISTENER)
+        spec.config_path.chmod(0o600)  # it holds the node's password
+
+    def format(self) -> None:
+        for spec in self.specs:
+            self._write_config(spec)
+            scram = self.material.scram_arguments() if spec.role == "controller" else ()
+            format_node(spec, self.cluster_id, self.metadata_version, scram)
+
+    def start(self, node_id: int) -> ControllerProcess:
+        spec = self.spec(node_id)
+        self._write_config(spec)
+        process = start_node(spec)
+        self.processes[node_id] = process
+        return process
+
+    def stop(self, node_id: int, kill: bool = False) -> None:
+        process = self.processes.pop(node_id, None)
+        if process is not None:
+            stop_node(process, kill=kill)
+
+    def stop_all(self) -> None:
+        # Brokers first: a broker's controlled shutdown needs the controllers.
+        for node_id in sorted(self.processes, reverse=True):
+            self.stop(node_id)
+
+    # -- probes, as the operator ------------------------------------------------------
+    def ask(self, address: str, api_key: int | None, body: dict | None = None, *, log_in: bool = True):
+        """One request to `address` as User:admin (api_key None: the ApiVersions answer).
+        Without `log_in`, TLS only: ApiVersions is all a SASL listener answers then."""
+        host, port = address.rsplit(":", 1)
+        security = (self.material.operator_security() if log_in
+                    else ClientSecurity("SSL", ssl_cafile=str(self.material.ca_path)))
+
+        async def exchange():
+            with trio.fail_after(SECURE_PROBE_TIMEOUT_S):
+                async with await KafkaClient.connect(host, int(port), security=security,
+                                                     timeout_s=SECURE_PROBE_TIMEOUT_S) as client:
+                    if api_key is None:
+                        return client.api_versions_response
+                    return await client.call(api_key, body or {})
+
+        return trio.run(exchange)
+
+    def _any_controller(self, probe: Callable[[str], bool]) -> bool:
+        for spec in self.controllers:
+            process = self.processes.get(spec.node_id)
+            if process is None or not process.alive():
+                continue
+            try:
+                if probe(spec.address):
+                    return True
+            except (ClientError, OSError, trio.TooSlowError):
+                continue  # starting, restarting, or the operator's credential not replayed yet
+        return False
+
+    def finalized_metadata_version(self, address: str) -> int:
+        """From ApiVersions before any login: a node that has not replayed the bootstrap
+        records yet has no operator credential, and a login would fail (and be logged)."""
+        reply = self.ask(address, None, log_in=False)
+        return {f.name: f.max_version_level for f in reply.finalized_features or ()}.get("metadata.version", 0)
+
+    def unfenced_brokers(self, address: str) -> list[int]:
+        if self.finalized_metadata_version(address) <= 0:
+            return []  # the operator's credential is not replayed there yet
+        reply = self.ask(address, 60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
+        return sorted(b.broker_id for b in reply.brokers if b.broker_id >= 100)
+
+    def _wait(self, what: str, probe: Callable[[str], bool]) -> None:
+        poll_until(what, lambda: self._any_controller(probe), timeout_s=START_TIMEOUT_S, poll_s=SECURE_POLL_S,
+                   retry_on=(), error=LocalClusterError)
+
+    def wait_bootstrapped(self) -> None:
+        """A leader committed the bootstrap records (the operator's SCRAM credential among them)."""
+        self._wait("the quorum to elect a leader and bootstrap",
+                   lambda address: self.finalized_metadata_version(address) > 0)
+
+    def wait_unfenced(self, broker_ids: list[int]) -> None:
+        self._wait(f"brokers {broker_ids} to be unfenced",
+                   lambda address: set(broker_ids) <= set(self.unfenced_brokers(address)))

