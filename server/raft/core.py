@@ -34,7 +34,8 @@ Rules kept here:
   snapshot, the Ready/advance protocol) raise `RaftInvariantError`: a bug.
 - Epoch arithmetic is checked: a node never campaigns past MAX_EPOCH (it logs
   and waits for a leader instead), so no persisted or encoded epoch overflows;
-  and a request may move a node's epoch up by at most MAX_EPOCH_JUMP.
+  and requests may move a node's epoch at most MAX_EPOCH_JUMP above the highest
+  epoch it learned from answers to its own requests, however many arrive.
 - A voter that hears a live leader ignores higher epochs from Vote,
   BeginQuorumEpoch and EndQuorumEpoch requests (the Raft thesis' disruptive-
   server rule, §4.2.3, as etcd's CheckQuorum applies it): a lone node cannot
@@ -42,6 +43,12 @@ Rules kept here:
   EndQuorumEpoch lifts the rule for its successor; a leader still honours a
   higher-epoch Vote from a voter that has stopped fetching from it (a node
   stranded at a higher epoch can only come back through an election).
+- A voter's Fetch counts (toward the high watermark and as contact for check
+  quorum and the disruptive-server rule) only when it carries the token this
+  leader sent that voter in BeginQuorumEpoch, to the voter's own address. Any
+  other Fetch in a voter's name is answered like an observer's and makes the
+  leader send the voter its token again. So a peer that can only reach the
+  listener cannot commit an entry on a copy that does not exist.
 - Bounded: one Fetch in flight per follower, at most one parked Fetch per
   replica, at most MAX_OBSERVERS observers tracked (the least recently heard
   is forgotten first), batches capped in records, snapshot downloads capped
@@ -65,8 +72,8 @@ from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
 
-# How far above its own epoch a node lets a request (Vote, BeginQuorumEpoch,
-# EndQuorumEpoch) move it. Requests are what an unauthenticated peer can send; an
+# How far above the highest epoch it learned from its own requests' answers a node
+# lets a request (Vote, BeginQuorumEpoch, EndQuorumEpoch) move it. Requests are what an unauthenticated peer can send; an
 # honest voter that fell far behind learns the quorum's epoch from the responses to
 # its own pre-votes, votes and fetches, which this bound does not limit. Without it
 # two spoofed frames could push the quorum to MAX_EPOCH, after which it can never
@@ -227,6 +234,8 @@ class ReplicaState:
     last_sent_high_watermark: int = -1
     begin_epoch_acked: bool = False
     begin_epoch_sent_ms: int = -1
+    # A Fetch with this leader's token for the voter has arrived.
+    token_confirmed: bool = False
 
 
 @dataclass(slots=True)
@@ -265,6 +274,12 @@ class RaftCore:
         self._codec = records_codec or PassThroughRecordsCodec()
         self._now_ms = now_ms
         self._state = quorum_state
+        # The last state handed out for persisting (what the store compares the next one with).
+        self._handed_state = quorum_state
+        # The highest epoch known from a source that cannot be spoofed: answers to this
+        # node's own requests (sent to configured addresses) and its own won elections.
+        # Requests may move the node at most MAX_EPOCH_JUMP above it, however often.
+        self._trusted_epoch = quorum_state.epoch
         self.role = Role.UNATTACHED
         # -- the part of the log not yet applied by the driver --
         self._pending_ops: list[LogOp] = []
@@ -300,6 +315,9 @@ class RaftCore:
         self._voter_states: dict[int, ReplicaState] = {}
         self._observer_states: dict[int, ReplicaState] = {}
         self._parked: dict[int, _ParkedFetch] = {}
+        # Leader: the token each voter gets in BeginQuorumEpoch. Follower: the one it got.
+        self._voter_tokens: dict[int, int] = {}
+        self._leader_token: int | None = None
         # Set once this node could not campaign because its epoch reached MAX_EPOCH.
         self.epoch_exhausted = False
         self._initialise_role(now_ms)
@@ -376,6 +394,8 @@ class RaftCore:
         )
         self._handed_ops = ops
         self._pending_ops = []
+        if self._out_state is not None:
+            self._handed_state = self._out_state
         self._out_state = None
         self._out_requests = []
         self._out_responses = []
@@ -488,9 +508,17 @@ class RaftCore:
         self._election_deadline_ms = now_ms + self._random_election_timeout() if self.config.is_voter else None
         self._maybe_send_fetch(now_ms)
 
-    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int, token: int | None = None) -> None:
+        handed = self._handed_state
+        if handed.epoch == epoch and handed.leader_id not in (None, leader_id):
+            # A leader belief of this epoch was dropped but that is not durable yet: the
+            # store never replaces an epoch's leader in one write. The next message will do.
+            return
         if epoch != self.epoch or leader_id != self.leader_id:
             self._last_leader_contact_ms = -1
+            self._leader_token = None
+        if token is not None:
+            self._leader_token = token
         voted = self._state.voted_id if epoch == self._state.epoch else None
         self._persist(QuorumState(epoch=epoch, leader_id=leader_id, voted_id=voted))
         self._set_role(Role.FOLLOWER)
@@ -569,11 +597,13 @@ class RaftCore:
 
     def _become_leader(self, now_ms: int) -> None:
         me = self.config.node_id
+        self._trusted_epoch = max(self._trusted_epoch, self.epoch)
         self._persist(QuorumState(epoch=self.epoch, leader_id=me, voted_id=self._state.voted_id))
         self._set_role(Role.LEADER)
         self._election_deadline_ms = None
         self._leader_high_watermark = None
         self._voter_states = {voter: ReplicaState(last_fetch_ms=now_ms) for voter in self.config.voters}
+        self._voter_tokens = {voter: self._rng.getrandbits(63) for voter in sorted(self.config.voters) if voter != me}
         self._observer_states = {}
         self._parked = {}
         end, _ = self._view_end()
@@ -615,7 +645,9 @@ class RaftCore:
         self._out_responses.append(OutboundResponse(replica_id, ApiKey.FETCH, fetch.token, body))
 
     def _observe_epoch(self, epoch: int, leader_id: int | None, now_ms: int) -> bool:
-        """Reacts to an epoch/leader seen in a message; True if the role changed."""
+        """Reacts to an epoch/leader seen in a response; True if the role changed."""
+        if epoch > self._trusted_epoch:
+            self._trusted_epoch = epoch
         if leader_id is not None and leader_id < 0:
             leader_id = None
         if epoch > self.epoch:
@@ -626,8 +658,10 @@ class RaftCore:
             return True
         # A leader of our epoch we did not know yet is news; the one we already
         # gave up on (we are prospective because it went quiet) is not.
+        # One leader per epoch: a node that knows the epoch's leader (itself, after a
+        # restart) never takes another's word for a different one.
         if (epoch == self.epoch and leader_id is not None and leader_id != self.config.node_id
-                and leader_id != self._state.leader_id
+                and self._state.leader_id is None
                 and self.role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)):
             self._become_follower(epoch, leader_id, now_ms)
             return True
@@ -665,7 +699,7 @@ class RaftCore:
     def _begin_epoch_resend_deadline(self) -> int:
         pending = [state.begin_epoch_sent_ms + self.config.request_timeout_ms
                    for voter, state in self._voter_states.items()
-                   if voter != self.config.node_id and not state.begin_epoch_acked and state.end_offset < 0]
+                   if voter != self.config.node_id and not state.token_confirmed]
         return min(pending) if pending else 1 << 62
 
     def tick(self, now_ms: int) -> None:
@@ -680,7 +714,7 @@ class RaftCore:
                 return
             self._complete_parked(now_ms, only_expired=True)
             for voter, state in sorted(self._voter_states.items()):
-                if (voter != self.config.node_id and not state.begin_epoch_acked and state.end_offset < 0
+                if (voter != self.config.node_id and not state.token_confirmed
                         and now_ms >= state.begin_epoch_sent_ms + self.config.request_timeout_ms):
                     self._send_begin_epoch(voter, now_ms)
             return
@@ -774,10 +808,14 @@ class RaftCore:
         from it (stranded at a higher epoch, only an election brings it back)."""
         if epoch <= self.epoch or not self._hears_leader(now_ms):
             return False
-        if vote and self.role is Role.LEADER:
-            state = self._voter_states.get(sender)
-            return state is not None and state.last_fetch_ms > now_ms - self.config.fetch_timeout_ms
-        return True
+        return not (vote and self._is_stranded_voter(sender, now_ms))
+
+    def _is_stranded_voter(self, voter: int, now_ms: int) -> bool:
+        """On the leader: a voter that has not fetched (with its token) for the fetch timeout."""
+        if self.role is not Role.LEADER:
+            return False
+        state = self._voter_states.get(voter)
+        return state is not None and state.last_fetch_ms <= now_ms - self.config.fetch_timeout_ms
 
     def _handle_vote(self, body: Body, now_ms: int) -> Body:
         partition = m.single_partition(body)
@@ -792,7 +830,6 @@ class RaftCore:
             return m.vote_response(ErrorCode.INVALID_REQUEST)
         if candidate_epoch < self.epoch:
             return m.vote_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        self._check_epoch_jump(candidate_epoch)
         if not self.config.is_voter or candidate_id not in self.config.voters:
             return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
         end, my_last_epoch = self._view_end()
@@ -800,8 +837,13 @@ class RaftCore:
         if pre_vote:
             # Pre-votes change nothing. A voter that hears a live leader refuses,
             # so a partitioned node cannot disrupt the quorum.
+            # Not bounded by the epoch jump either: the answer is what lets a voter stranded
+            # far above the quorum's epoch find out (and become a candidate, see _maybe_win).
             granted = candidate_epoch > self.epoch and log_ok and not self._hears_leader(now_ms)
             return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+        # A stranded voter may have been moved up to a bound by a spoofed frame and then
+        # campaigned for a while: the leader lets it back from twice as far.
+        self._check_epoch_jump(candidate_epoch, 2 if self._is_stranded_voter(candidate_id, now_ms) else 1)
         if self._ignores_epoch_from(candidate_id, candidate_epoch, now_ms, vote=True):
             return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
         if candidate_epoch > self.epoch:
@@ -821,10 +863,12 @@ class RaftCore:
             self._election_deadline_ms = now_ms + self._random_election_timeout()
         return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
 
-    def _check_epoch_jump(self, epoch: int) -> None:
-        if epoch > self.epoch + MAX_EPOCH_JUMP:
+    def _check_epoch_jump(self, epoch: int, jumps: int = 1) -> None:
+        bound = jumps * MAX_EPOCH_JUMP
+        if epoch > self.epoch and epoch > self._trusted_epoch + bound:
             raise RaftProtocolError(ErrorCode.INVALID_REQUEST, REQUEST_REFUSED,
-                                    f"epoch {epoch} is more than {MAX_EPOCH_JUMP} above this node's {self.epoch}")
+                                    f"epoch {epoch} is more than {bound} above the epoch {self._trusted_epoch} "
+                                    f"this node has from its own requests")
 
     def _check_leader_claim(self, epoch: int, leader_id: int) -> None:
         """Raft elects at most one leader per epoch: a second claim is refused, not believed."""
@@ -843,8 +887,12 @@ class RaftCore:
         self._check_leader_claim(epoch, leader_id)
         if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
+        token = m.voter_token(body)
         if epoch > self.epoch or self.role is not Role.FOLLOWER:
-            self._become_follower(epoch, leader_id, now_ms)
+            self._become_follower(epoch, leader_id, now_ms, token)
+        elif token is not None:
+            # The leader sends the token again when it did not recognise our Fetch (we restarted).
+            self._leader_token = token
         return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
 
     def _handle_end_epoch(self, body: Body, now_ms: int) -> Body:
@@ -906,12 +954,17 @@ class RaftCore:
         if error is not None:
             return m.fetch_response(ErrorCode.NONE, error, **leader)
         is_voter = replica in self.config.voters
-        states = self._voter_states if is_voter else self._observer_states
-        state = states.get(replica)
-        if state is None:
-            if not is_voter and len(states) >= MAX_OBSERVERS:
-                self._forget_observer(min(states, key=lambda node: states[node].last_fetch_ms))
-            state = states[replica] = ReplicaState()
+        if is_voter and not self._trusted_voter(replica, body, now_ms):
+            # Answered, but it changes nothing of the voter's: no position, no contact, no long poll.
+            state = ReplicaState()
+            is_voter = allow_park = False
+        else:
+            states = self._voter_states if is_voter else self._observer_states
+            state = states.get(replica)
+            if state is None:
+                if not is_voter and len(states) >= MAX_OBSERVERS:
+                    self._forget_observer(min(states, key=lambda node: states[node].last_fetch_ms))
+                state = states[replica] = ReplicaState()
         state.last_fetch_ms = now_ms
         high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
         common = dict(leader, high_watermark=high_watermark, log_start_offset=self.log.start_offset)
@@ -956,6 +1009,21 @@ class RaftCore:
         state.last_sent_high_watermark = high_watermark
         common["high_watermark"] = high_watermark
         return m.fetch_response(ErrorCode.NONE, records=self._codec.encode(batches) if batches else None, **common)
+
+    def _trusted_voter(self, voter: int, body: Body, now_ms: int) -> bool:
+        """A leader's check that a request in a voter's name carries that voter's token."""
+        expected = self._voter_tokens.get(voter)
+        state = self._voter_states.get(voter)
+        if state is None:
+            return False
+        if expected is not None and m.voter_token(body) == expected:
+            state.token_confirmed = True
+            return True
+        # A voter that restarted has lost its token: send it again (rate-limited; only
+        # the voter's own address gets it).
+        if now_ms >= state.begin_epoch_sent_ms + self.config.retry_backoff_ms:
+            self._send_begin_epoch(voter, now_ms)
+        return False
 
     def _forget_observer(self, replica_id: int) -> None:
         fetch = self._parked.pop(replica_id, None)
@@ -1007,7 +1075,8 @@ class RaftCore:
 
     def _send_begin_epoch(self, voter: int, now_ms: int) -> None:
         self._voter_states[voter].begin_epoch_sent_ms = now_ms
-        body = m.begin_quorum_epoch_request(self.config.cluster_id, voter, self.config.node_id, self.epoch)
+        body = m.begin_quorum_epoch_request(self.config.cluster_id, voter, self.config.node_id, self.epoch,
+                                            self._voter_tokens.get(voter))
         self._out_requests.append(OutboundRequest(voter, ApiKey.BEGIN_QUORUM_EPOCH, body))
 
     # -- FetchSnapshot (leader side) -------------------------------------------
@@ -1020,10 +1089,9 @@ class RaftCore:
         error = self._fetch_leader_error(partition["current_leader_epoch"])
         if error is not None:
             return m.fetch_snapshot_response(ErrorCode.NONE, error, **leader)
-        state = self._voter_states.get(sender_id)
-        if state is not None:
+        if self._trusted_voter(sender_id, body, now_ms):
             # A follower busy loading a snapshot is still in contact (check quorum).
-            state.last_fetch_ms = now_ms
+            self._voter_states[sender_id].last_fetch_ms = now_ms
         wanted = SnapshotId(partition["snapshot_id"]["end_offset"], partition["snapshot_id"]["epoch"])
         size = self.log.snapshot_size(wanted)
         if size is None:
@@ -1116,12 +1184,13 @@ class RaftCore:
         if download is not None:
             body = m.fetch_snapshot_request(self.config.cluster_id, self.config.node_id, self.epoch,
                                             tuple(download.snapshot_id), download.position,
-                                            self.config.snapshot_chunk_bytes)
+                                            self.config.snapshot_chunk_bytes, self._leader_token)
             api_key = ApiKey.FETCH_SNAPSHOT
         else:
             end, last_epoch = self._view_end()
             body = m.fetch_request(self.config.cluster_id, self.config.node_id, self.epoch, end, last_epoch,
-                                   self.config.fetch_max_wait_ms, self.config.fetch_max_bytes)
+                                   self.config.fetch_max_wait_ms, self.config.fetch_max_bytes,
+                                   self._leader_token if self.role is Role.FOLLOWER else None)
             api_key = ApiKey.FETCH
         self._fetch_in_flight = body
         self._out_requests.append(OutboundRequest(target, api_key, body))
@@ -1144,6 +1213,8 @@ class RaftCore:
         leader_epoch = current.get("leader_epoch", -1)
         leader_id = current.get("leader_id", -1)
         if self._observe_epoch(leader_epoch, leader_id, now_ms):
+            return
+        if self.role is Role.FOLLOWER and self._disowned_by_leader(leader_epoch, leader_id, now_ms):
             return
         if partition["error_code"] or self.role is not Role.FOLLOWER or leader_epoch != self.epoch:
             # Errors back off and retry; a follower whose leader resigned or
@@ -1179,6 +1250,18 @@ class RaftCore:
             if high_watermark >= 0:
                 self._set_high_watermark(min(high_watermark, self.end_offset))
         self._maybe_send_fetch(now_ms)
+
+    def _disowned_by_leader(self, epoch: int, leader_id: int, now_ms: int) -> bool:
+        """The node this follower takes for its epoch's leader answered its own Fetch (over
+        the connection to its configured address, so it is that node) with an older epoch,
+        or naming another leader for this epoch: it never led this epoch. The belief came
+        from a spoofed BeginQuorumEpoch; drop it (durably, on its own: the leader of an epoch
+        is never replaced in one write) and learn the real one from the next message."""
+        if not (0 <= epoch < self.epoch or epoch == self.epoch and leader_id >= 0 and leader_id != self.leader_id):
+            return False
+        self._persist(QuorumState(epoch=self.epoch, voted_id=self._state.voted_id))
+        self._become_unattached(self.epoch, now_ms)
+        return True
 
     def _diverging_truncation(self, epoch: int, end_offset: int) -> int:
         """Where a diverging epoch from the leader truncates the log to."""

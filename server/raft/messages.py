@@ -8,6 +8,12 @@ wire versions used between our own nodes, and the single-partition accessors.
 Rules kept here:
 - Bodies carry every field the chosen version needs; the codec fills the rest
   with defaults. They work on dicts and on decoded construct Containers alike.
+- A leader names each voter a random token in its BeginQuorumEpoch (sent to the
+  voter's configured address); the voter's Fetch and FetchSnapshot requests carry it
+  back. Both travel as the tagged field VOTER_TOKEN_TAG, which other Kafka
+  implementations ignore. A voter's fetch position counts toward the high watermark
+  only with its token, so whoever can reach a PLAINTEXT controller listener cannot
+  speak for a voter's copy of the log.
 - Only `__cluster_metadata` partition 0 exists; Fetch v13+ names it by the
   fixed metadata topic id (Kafka's Uuid.METADATA_TOPIC_ID, 0x...01).
 - Pre-vote (KIP-996) is VoteRequest v2's `PreVote`; our declarations stop at
@@ -41,6 +47,10 @@ class ApiKey(IntEnum):
 
 # The tagged field of a VoteRequest v1 that marks it a pre-vote (value b"\x01").
 PRE_VOTE_TAG = 10000
+
+# The tagged field (8 bytes, big-endian) of BeginQuorumEpoch, Fetch and FetchSnapshot
+# requests that carries a leader's token for one voter.
+VOTER_TOKEN_TAG = 10001
 
 # One version of each API between our own nodes.
 WIRE_VERSIONS = {
@@ -96,10 +106,24 @@ def vote_response(error: ErrorCode, partition_error: ErrorCode = ErrorCode.NONE,
 
 # -- BeginQuorumEpoch / EndQuorumEpoch ------------------------------------------
 
-def begin_quorum_epoch_request(cluster_id: str, voter_id: int, leader_id: int, epoch: int) -> Body:
+def _token_field(token: int | None) -> list[tuple[int, bytes]]:
+    return [] if token is None else [(VOTER_TOKEN_TAG, token.to_bytes(8, "big"))]
+
+
+def voter_token(body: Body) -> int | None:
+    """The voter token a request carries, if any."""
+    for tag, value in body.get("_unknown_tagged_fields") or ():
+        if tag == VOTER_TOKEN_TAG and len(value) == 8:
+            return int.from_bytes(value, "big")
+    return None
+
+
+def begin_quorum_epoch_request(cluster_id: str, voter_id: int, leader_id: int, epoch: int,
+                               token: int | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
         "voter_id": voter_id,
+        "_unknown_tagged_fields": _token_field(token),
         "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": METADATA_PARTITION, "leader_id": leader_id, "leader_epoch": epoch,
         }]}],
@@ -130,9 +154,10 @@ def epoch_response(error: ErrorCode, partition_error: ErrorCode = ErrorCode.NONE
 # -- Fetch --------------------------------------------------------------------
 
 def fetch_request(cluster_id: str, replica_id: int, leader_epoch: int, fetch_offset: int,
-                  last_fetched_epoch: int, max_wait_ms: int, max_bytes: int) -> Body:
+                  last_fetched_epoch: int, max_wait_ms: int, max_bytes: int, token: int | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
+        "_unknown_tagged_fields": _token_field(token),
         "replica_id": replica_id,
         "replica_state": {"replica_id": replica_id, "replica_epoch": -1},
         "max_wait_ms": max_wait_ms,
@@ -201,9 +226,11 @@ def fetch_replica_id(body: Body) -> int:
 # -- FetchSnapshot --------------------------------------------------------------
 
 def fetch_snapshot_request(cluster_id: str, replica_id: int, leader_epoch: int,
-                           snapshot_id: tuple[int, int], position: int, max_bytes: int) -> Body:
+                           snapshot_id: tuple[int, int], position: int, max_bytes: int,
+                           token: int | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
+        "_unknown_tagged_fields": _token_field(token),
         "replica_id": replica_id,
         "max_bytes": max_bytes,
         "topics": [{"name": METADATA_TOPIC, "partitions": [{

@@ -102,6 +102,8 @@ def check_request(api_key: int, body: Body, rules: PeerRules) -> Refusal | None:
 
 def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
     api_key = ApiKey.VOTE
+    if rules.node_id not in rules.voters:
+        return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, "this node is not a voter")
     refusal = _check_addressee(api_key, body, rules)
     if refusal is not None:
         return refusal
@@ -126,6 +128,9 @@ def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
 
 def _check_epoch_announcement(api_key: int, body: Body, rules: PeerRules) -> Refusal | None:
     """BeginQuorumEpoch and EndQuorumEpoch: a voter announcing its leadership's start or end."""
+    if rules.node_id not in rules.voters:
+        # Leaders announce themselves to voters only; an observer learns the leader by fetching.
+        return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, "this node is not a voter")
     if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
         refusal = _check_addressee(api_key, body, rules)
         if refusal is not None:

@@ -119,10 +119,18 @@ def leader_node() -> Node:
                               m.vote_response(ErrorCode.NONE, leader_id=None, epoch=1, granted=True), node.now)
     node.drain()
     assert node.core.role is Role.LEADER and node.core.epoch == 1
+    node.tokens = {begin.destination: m.voter_token(begin.body) for begin in node.take_requests(ApiKey.BEGIN_QUORUM_EPOCH)}
+    assert sorted(node.tokens) == [2, 3] and None not in node.tokens.values()
     for follower in (2, 3):
-        answer = node.request(ApiKey.FETCH, m.fetch_request(CLUSTER, follower, 1, 0, 0, 0, 1 << 20), sender=follower)
+        answer = node.request(ApiKey.FETCH, voter_fetch(node, follower, 0, 0, 0), sender=follower)
         assert answer["error_code"] == 0
     return node
+
+
+def voter_fetch(node: Node, voter: int, offset: int, last_epoch: int, max_wait_ms: int) -> dict:
+    """A Fetch from a real follower: it carries the token the leader sent that voter."""
+    return m.fetch_request(CLUSTER, voter, node.core.epoch, offset, last_epoch, max_wait_ms, 1 << 20,
+                           token=node.tokens[voter])
 
 
 def partition_error(answer) -> int:
@@ -255,7 +263,7 @@ def test_a_leader_with_its_majority_ignores_votes_but_not_from_a_stranded_voter(
     assert (node.core.role, node.core.epoch) == (Role.LEADER, 1)
     # Node 3 stops fetching (it is stranded at a higher epoch); node 2 keeps the majority.
     node.now += node.config.fetch_timeout_ms
-    node.request(ApiKey.FETCH, m.fetch_request(CLUSTER, 2, 1, node.log.end_offset, 1, 0, 1 << 20), sender=2)
+    node.request(ApiKey.FETCH, voter_fetch(node, 2, node.log.end_offset, 1, 0), sender=2)
     node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, 9, 3, 0, 0, False), sender=3)
     assert node.core.role is not Role.LEADER and node.core.epoch == 9
 
@@ -337,12 +345,16 @@ def test_a_request_moves_the_epoch_by_at_most_the_jump_bound_but_a_response_may_
     far = MAX_EPOCH_JUMP + 1
     for api_key, body in [
         (ApiKey.VOTE, m.vote_request(CLUSTER, 1, far, 3, 0, 0, False)),
-        (ApiKey.VOTE, m.vote_request(CLUSTER, 1, far, 3, 0, 0, True)),
         (ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, far)),
         (ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 3, far, [1])),
     ]:
         with pytest.raises(RaftProtocolError):
             node.request(api_key, body, sender=3)
+    assert node.store.read() == QuorumState()
+    # A pre-vote changes nothing, so it is answered from any height: a stranded voter
+    # learns from the answer that the quorum is below it.
+    answer = node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, far, 3, 0, 0, True), sender=3)
+    assert answer["error_code"] == 0 and answer["topics"][0]["partitions"][0]["leader_epoch"] == 0
     assert node.store.read() == QuorumState()
     node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 3, MAX_EPOCH_JUMP), sender=3)
     assert (node.core.role, node.core.epoch) == (Role.FOLLOWER, MAX_EPOCH_JUMP)
@@ -372,10 +384,51 @@ def test_a_pre_vote_travels_as_a_tagged_field_of_vote_v1():
 def test_a_second_parked_fetch_in_one_replicas_name_answers_the_first():
     node = leader_node()
     end, epoch = node.log.end_offset, node.core.epoch
-    body = m.fetch_request(CLUSTER, 2, epoch, end, epoch, 500, 1024)
+    body = voter_fetch(node, 2, end, epoch, 500)
     assert node.core.handle_request(2, ApiKey.FETCH, body, node.now, token="first") is DEFERRED
     assert node.core.handle_request(2, ApiKey.FETCH, body, node.now, token="second") is DEFERRED
     node.drain()
     assert [response.token for response in node.responses] == ["first"]
     node.tick_to(node.now + 500)
     assert [response.token for response in node.responses] == ["first", "second"]
+
+
+def test_a_fetch_in_a_voters_name_without_its_token_counts_for_nothing():
+    """Anyone on a PLAINTEXT listener can fetch as voter 2; only the real node 2 has the
+    token the leader sent to its address, so only its position commits anything."""
+    node = leader_node()
+    batch_offset, _ = node.core.propose([b"x"], node.now)
+    node.drain()
+    end = node.log.end_offset
+    committed = node.core.high_watermark
+    sent_before = len(node.requests)
+    node.now += node.config.retry_backoff_ms
+    for token in (None, node.tokens[2] ^ 1):
+        spoof = m.fetch_request(CLUSTER, 2, 1, end, 1, 0, 1 << 20, token=token)
+        answer = node.request(ApiKey.FETCH, spoof, sender=2)
+        assert answer["error_code"] == 0
+    assert node.core.high_watermark == committed < end
+    assert node.core.describe().voters[2].end_offset < end
+    # The leader sends voter 2 its token again (it may have restarted), to its own address.
+    resent = [r for r in node.requests[sent_before:] if r.api_key == ApiKey.BEGIN_QUORUM_EPOCH]
+    assert resent and all(r.destination == 2 and m.voter_token(r.body) == node.tokens[2] for r in resent)
+    node.request(ApiKey.FETCH, voter_fetch(node, 2, end, 1, 0), sender=2)
+    assert node.core.high_watermark == end
+
+
+def test_fetches_without_the_token_do_not_keep_a_lonely_leader_in_office():
+    node = leader_node()
+    for step in range(1, 8):
+        node.now += node.config.fetch_timeout_ms // 2
+        for voter in (2, 3):
+            node.request(ApiKey.FETCH, m.fetch_request(CLUSTER, voter, 1, node.log.end_offset, 1, 0, 1024),
+                         sender=voter)
+        node.tick_to(node.now)
+    assert node.core.role is not Role.LEADER
+
+
+def test_a_follower_fetches_with_the_token_of_its_leaders_begin_quorum_epoch():
+    node = Node()
+    node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 2, 1, token=12345), sender=2)
+    (fetch,) = node.take_requests(ApiKey.FETCH)
+    assert m.voter_token(fetch.body) == 12345

@@ -2,15 +2,26 @@
 
 Owns: simulated time (an event heap), an in-memory network (drop, delay,
 duplication, reordering, partitions), node lifecycles (graceful shutdown,
-kill -9 losing unflushed writes, restart, disk loss), client proposals, and
-the invariant checks of FACTS §12, run after every event.
+kill -9 losing unflushed writes, restart, disk loss), client proposals, an
+optional hostile participant (tests/sim/hostile.py), and the invariant checks
+of FACTS §12, run after every event.
 
 Rules kept here:
-- Everything random comes from one `random.Random(seed)` (and per-node
-  generators derived from it), so a seed replays exactly.
+- Everything random comes from one `random.Random(seed)` (and generators
+  derived from it: per node, and one for the hostile node), so a seed replays
+  exactly.
 - The driver does what the core's Ready says in order: persist the quorum
   state, apply log operations, flush if asked, send, then advance. Leaders and
   observers flush later (a separate event), so kill -9 can lose their tail.
+- Messages reach the core the way server/raft/driver.py hands them over:
+  `validate.check_request` first (its refusal is the answer), then
+  `handle_request`, a `RaftProtocolError` answered as a refusal; responses go
+  through `validate.check_response` (a refused one counts as failed).
+- Invariants are checked incrementally but never less: after an event only the
+  nodes it touched can have changed, a node's quorum state is re-checked only
+  when its object changed (states are immutable), and committed data is compared
+  once per offset per node (from where that node was last verified).
+  Every violation names its invariant (`InvariantViolation.invariant`).
 - Bounded: every run has a simulated-time limit and an event-count limit.
 """
 
@@ -19,6 +30,8 @@ from __future__ import annotations
 import heapq
 import random
 import struct
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,18 +43,38 @@ from server.raft.core import (
     NotLeader,
     RaftConfig,
     RaftCore,
+    RaftProtocolError,
     Role,
     TruncateTo,
 )
-from server.raft.log import MemoryRaftLog, PassThroughRecordsCodec, SnapshotId, WireRecordsCodec
+from server.raft.log import PassThroughRecordsCodec, SnapshotId, WireRecordsCodec
 from server.raft.messages import WIRE_VERSIONS, ApiKey
-from server.raft.quorum_state import MemoryQuorumStateStore
+from server.raft.quorum_state import MemoryQuorumStateStore, QuorumStateError
+from server.raft.validate import INT32_MAX, PeerRules, Refusal, check_request, check_response, refusal_response
+
+from .hostile import HostileNode
+from .simlog import SimLog
 
 CLUSTER_ID = "sim-cluster-AAAAAAAAAA"
 
+# The invariants, by the names Kafka's RaftEventSimulationTest uses where it has one.
+SINGLE_LEADER = "SingleLeader"
+MONOTONIC_EPOCH = "MonotonicEpoch"
+EPOCH_IN_RANGE = "EpochInRange"
+QUORUM_STATE_TRANSITION = "QuorumStateTransition"
+MONOTONIC_HIGH_WATERMARK = "MonotonicHighWatermark"
+MAJORITY_REACHED_HIGH_WATERMARK = "MajorityReachedHighWatermark"
+CONSISTENT_COMMITTED_DATA = "ConsistentCommittedData"
+SNAPSHOT_AT_LOG_START = "SnapshotAtLogStart"
+NO_CRASH = "NoCrash"
+LIVENESS = "Liveness"
+EVENT_BUDGET = "EventBudget"
+
 
 class InvariantViolation(AssertionError):
-    pass
+    def __init__(self, message: str, invariant: str) -> None:
+        super().__init__(message)
+        self.invariant = invariant
 
 
 @dataclass(frozen=True)
@@ -49,7 +82,8 @@ class SimConfig:
     voters: int = 3
     observers: int = 0
     fault_duration_ms: int = 2000
-    # After faults heal: a leader must commit a new value within this bound.
+    # After faults heal (and a hostile node stops): a leader must commit a new
+    # value within this bound, 40 election timeouts.
     liveness_bound_ms: int = 4000
     election_timeout_ms: int = 100
     fetch_timeout_ms: int = 200
@@ -66,7 +100,15 @@ class SimConfig:
     faults: tuple[str, ...] = ()
     wire_codec: bool = False
     pre_vote: bool = True
+    # None, or who the hostile node claims to be: "own" (an id of its own),
+    # "voter" (it impersonates a voter) or "observer" (an observer's id).
+    hostile: str | None = None
     max_events: int = 400_000
+
+
+HOSTILE_IDENTITIES = ("own", "voter", "observer")
+# The share of sweep seeds with a hostile node.
+HOSTILE_SHARE = 0.25
 
 
 def random_sim_config(rng: random.Random) -> SimConfig:
@@ -85,6 +127,8 @@ def random_sim_config(rng: random.Random) -> SimConfig:
         wire_codec=rng.random() < 0.1,
         pre_vote=rng.random() < 0.8,
         high_watermark_linger_ms=rng.choice((0, 5, 30)),
+        # Drawn last, so the rest of a seed's configuration does not depend on it.
+        hostile=rng.choice(HOSTILE_IDENTITIES) if rng.random() < HOSTILE_SHARE else None,
     )
 
 
@@ -118,7 +162,8 @@ def decode_snapshot(data: bytes) -> list[tuple[int, int, bytes, int | None]]:
 class Node:
     node_id: int
     is_voter: bool
-    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
+    rules: PeerRules
+    log: SimLog = field(default_factory=SimLog)
     store: MemoryQuorumStateStore = field(default_factory=MemoryQuorumStateStore)
     core: RaftCore | None = None
     incarnation: int = 0
@@ -129,23 +174,33 @@ class Node:
     max_persisted_epoch: int = 0
     last_leader_check: tuple[int, int] = (-1, -1)
     last_high_watermark: int = 0
+    # The (in-memory, persisted) quorum-state objects last checked: both are
+    # immutable, so the same pair passes the same checks again.
+    checked_state: Any = None
+    checked_stored: Any = None
 
 
 class Simulation:
+    # What every node runs; tests/sim/test_invariants.py substitutes deliberately broken cores.
+    core_class: type[RaftCore] = RaftCore
+
     def __init__(self, seed: int, config: SimConfig | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.config = config or random_sim_config(random.Random(seed ^ 0x5EED))
         cfg = self.config
         self.now = 0
-        self.events: list[tuple[int, int, str, tuple]] = []
+        # Heap entries: (time, sequence, handler, args); the sequence keeps
+        # same-time events in scheduling order and is never equal, so handlers
+        # are never compared.
+        self.events: list[tuple[int, int, Callable[..., None], tuple]] = []
         self.sequence = 0
         self.event_count = 0
         voter_ids = list(range(1, cfg.voters + 1))
         observer_ids = list(range(cfg.voters + 1, cfg.voters + cfg.observers + 1))
         self.voter_ids = frozenset(voter_ids)
-        self.nodes = {i: Node(i, True) for i in voter_ids}
-        self.nodes.update({i: Node(i, False) for i in observer_ids})
+        self.nodes = {i: Node(i, True, PeerRules(CLUSTER_ID, i, self.voter_ids)) for i in voter_ids}
+        self.nodes.update({i: Node(i, False, PeerRules(CLUSTER_ID, i, self.voter_ids)) for i in observer_ids})
         self.blocked: set[tuple[int, int]] = set()
         self.drop_rate = cfg.drop_rate
         self.duplicate_rate = cfg.duplicate_rate
@@ -165,15 +220,30 @@ class Simulation:
         self.codec = WireRecordsCodec() if cfg.wire_codec else PassThroughRecordsCodec()
         self.trace: list[str] = []
         self.stats: dict[str, int] = {}
-        self.touched: set[Node] = set()
+        # Nodes that handled something since the last invariant check, in the
+        # order they did (a dict: checks run in a replayable order).
+        self.touched: dict[Node, None] = {}
+        span = cfg.max_delay_ms - cfg.min_delay_ms + 1
+        self._delay_span = (span, span.bit_length())
+        # Bound once: the hot paths schedule these for every message.
+        self._deliver_request = self.on_request
+        self._deliver_response = self.on_response
+        self._tick = self.on_tick
+        self._flush = self.on_flush
+        self.hostile: HostileNode | None = None
+        if cfg.hostile is not None:
+            self.hostile = HostileNode(self, cfg.hostile, CLUSTER_ID)
         for node in self.nodes.values():
             self.start_node(node)
 
     # -- plumbing ---------------------------------------------------------------
 
-    def schedule(self, at_ms: int, kind: str, *args: Any) -> None:
+    def schedule(self, at_ms: int, handler: Callable[..., None], *args: Any) -> None:
         self.sequence += 1
-        heapq.heappush(self.events, (at_ms, self.sequence, kind, args))
+        heapq.heappush(self.events, (at_ms, self.sequence, handler, args))
+
+    def count(self, name: str) -> None:
+        self.stats[name] = self.stats.get(name, 0) + 1
 
     def raft_config(self, node: Node) -> RaftConfig:
         cfg = self.config
@@ -192,8 +262,9 @@ class Simulation:
         node.flush_at = None
         node.verified_to = node.log.start_offset
         node.last_high_watermark = 0
+        node.checked_state = node.checked_stored = None
         rng = random.Random(f"{self.seed}/{node.node_id}/{node.incarnation}")
-        node.core = RaftCore(self.raft_config(node), node.log, node.store.read(), rng, self.now, self.codec)
+        node.core = self.core_class(self.raft_config(node), node.log, node.store.read(), rng, self.now, self.codec)
         self.drain(node)
 
     def stop_node(self, node: Node, graceful: bool) -> None:
@@ -213,7 +284,8 @@ class Simulation:
     def drain(self, node: Node) -> None:
         core = node.core
         assert core is not None
-        self.touched.add(node)
+        self.touched[node] = None
+        log = node.log
         rounds = 0
         while core.has_ready():
             rounds += 1
@@ -222,63 +294,110 @@ class Simulation:
             if ready.role_change is not None:
                 change = ready.role_change
                 self.note(f"node {node.node_id} -> {change.role.value} epoch {change.epoch} leader {change.leader_id}")
-            if ready.quorum_state is not None:
-                node.store.write(ready.quorum_state)
-                if ready.quorum_state.epoch < node.max_persisted_epoch:
-                    self.fail(f"node {node.node_id}: persisted epoch went back to {ready.quorum_state.epoch}")
-                node.max_persisted_epoch = ready.quorum_state.epoch
+            state = ready.quorum_state
+            if state is not None:
+                # Checked before the store sees it: the store refuses these too,
+                # but the checker must name what broke.
+                if state.epoch < node.max_persisted_epoch:
+                    self.fail(f"node {node.node_id}: persisted epoch went back from {node.max_persisted_epoch} "
+                              f"to {state.epoch}", MONOTONIC_EPOCH)
+                if state.epoch > INT32_MAX:
+                    self.fail(f"node {node.node_id}: epoch {state.epoch} overflows int32", EPOCH_IN_RANGE)
+                try:
+                    node.store.write(state)
+                except QuorumStateError as exc:
+                    self.fail(f"node {node.node_id}: {exc}", QUORUM_STATE_TRANSITION)
+                node.max_persisted_epoch = state.epoch
             for op in ready.log_ops:
-                if isinstance(op, Append):
-                    node.log.append(op.batch)
-                elif isinstance(op, TruncateTo):
-                    self.stats["truncate"] = self.stats.get("truncate", 0) + 1
+                if type(op) is Append:
+                    log.append(op.batch)
+                elif type(op) is TruncateTo:
+                    self.count("truncate")
                     self.majority_dirty = True
-                    node.log.truncate_to(op.offset)
-                    node.verified_to = min(node.verified_to, node.log.end_offset)
-                elif isinstance(op, InstallSnapshot):
-                    self.stats["install_snapshot"] = self.stats.get("install_snapshot", 0) + 1
+                    log.truncate_to(op.offset)
+                    node.verified_to = min(node.verified_to, log.end_offset)
+                elif type(op) is InstallSnapshot:
+                    self.count("install_snapshot")
                     self.majority_dirty = True
                     self.check_snapshot(node, op.snapshot_id, op.data)
-                    node.log.install_snapshot(op.snapshot_id, op.data)
-                    node.verified_to = node.log.start_offset
+                    log.install_snapshot(op.snapshot_id, op.data)
+                    node.verified_to = log.start_offset
+                else:
+                    raise TypeError(f"unknown log operation {op!r}")
             if ready.flush_before_send:
-                node.log.flush()
-            elif ready.appends and node.flush_at is None:
+                log.flush()
+            elif node.flush_at is None and ready.log_ops and ready.appends:
                 # Leaders and observers flush later: a kill -9 before then loses the tail.
                 node.flush_at = self.now + self.rng.randrange(0, 6)
-                self.schedule(node.flush_at, "flush", node.node_id, node.incarnation)
+                self.schedule(node.flush_at, self._flush, node.node_id, node.incarnation)
             for request in ready.requests:
-                self.send(node.node_id, request.destination, "request", request.api_key, request.body, None)
+                self.send_request(node.node_id, request.destination, request.api_key, request.body)
             for response in ready.responses:
                 requester_incarnation, request_body = response.token
-                self.send(node.node_id, response.destination, "response", response.api_key, request_body,
-                          response.body, incarnation=requester_incarnation)
-            core.advance(ready, node.log.flushed_end_offset, self.now)
+                if requester_incarnation is None:
+                    # A deferred answer to the hostile node: it goes back on its connection.
+                    self.hostile.receive(response.api_key, request_body, response.body)
+                else:
+                    self.send_response(node.node_id, response.destination, response.api_key, request_body,
+                                       response.body, requester_incarnation)
+            core.advance(ready, log.flushed_end_offset, self.now)
         deadline = core.next_deadline_ms()
         if deadline is not None:
-            deadline = max(deadline, self.now + 1)
-            if node.tick_at is None or deadline < node.tick_at or node.tick_at <= self.now:
+            now = self.now
+            if deadline <= now:
+                deadline = now + 1
+            tick_at = node.tick_at
+            if tick_at is None or deadline < tick_at or tick_at <= now:
                 node.tick_at = deadline
-                self.schedule(deadline, "tick", node.node_id, node.incarnation)
+                self.schedule(deadline, self._tick, node.node_id, node.incarnation)
 
-    def send(self, source: int, destination: int, kind: str, api_key: int, request_body: Any,
-             response_body: Any = None, incarnation: int | None = None) -> None:
-        if (source, destination) in self.blocked or self.rng.random() < self.drop_rate:
+    def send_request(self, source: int, destination: int, api_key: int, body: Any) -> None:
+        if self.hostile is not None:
+            self.hostile.overhear(source, destination, api_key, body)
+        rng = self.rng
+        if (source, destination) in self.blocked or rng.random() < self.drop_rate:
             return
-        copies = 2 if self.rng.random() < self.duplicate_rate else 1
+        copies = 2 if rng.random() < self.duplicate_rate else 1
         sender_incarnation = self.nodes[source].incarnation
+        cfg = self.config
         for _ in range(copies):
-            delay = self.rng.randint(self.config.min_delay_ms, self.config.max_delay_ms)
-            if self.rng.random() < self.config.jitter_rate:
-                delay += self.rng.randrange(0, 40)  # reorders messages
-            if kind == "request":
-                payload = self.wire(api_key, "request", request_body)
-                self.schedule(self.now + delay, "request", source, destination, sender_incarnation, api_key,
-                              request_body, payload)
-            else:
-                payload = self.wire(api_key, "response", response_body)
-                self.schedule(self.now + delay, "response", source, destination, incarnation, api_key,
-                              request_body, payload)
+            delay = self.network_delay()
+            payload = self.wire(api_key, "request", body) if cfg.wire_codec else body
+            self.schedule(self.now + delay, self._deliver_request, source, destination, sender_incarnation,
+                          api_key, body, payload)
+
+    def send_response(self, source: int, destination: int, api_key: int, request_body: Any, response_body: Any,
+                      incarnation: int) -> None:
+        rng = self.rng
+        if (source, destination) in self.blocked or rng.random() < self.drop_rate:
+            return
+        copies = 2 if rng.random() < self.duplicate_rate else 1
+        cfg = self.config
+        for _ in range(copies):
+            delay = self.network_delay()
+            payload = self.wire(api_key, "response", response_body) if cfg.wire_codec else response_body
+            self.schedule(self.now + delay, self._deliver_response, source, destination, incarnation, api_key,
+                          request_body, payload)
+
+    def network_delay(self) -> int:
+        """One message's delay: uniform in [min, max] ms, plus up to 40 ms of jitter that reorders messages.
+
+        Draws exactly what `randint(min, max)` and `randrange(0, 40)` draw (CPython's
+        rejection sampling on `getrandbits`), without their argument checks: this
+        runs for every message."""
+        rng = self.rng
+        getrandbits = rng.getrandbits
+        span, bits = self._delay_span
+        draw = getrandbits(bits)
+        while draw >= span:
+            draw = getrandbits(bits)
+        delay = self.config.min_delay_ms + draw
+        if rng.random() < self.config.jitter_rate:
+            draw = getrandbits(6)
+            while draw >= 40:
+                draw = getrandbits(6)
+            delay += draw
+        return delay
 
     def wire(self, api_key: int, kind: str, body: Any) -> Any:
         """In codec seeds, every body goes through the real encoder and decoder."""
@@ -298,20 +417,32 @@ class Simulation:
     def step(self) -> bool:
         if not self.events:
             return False
-        at_ms, _, kind, args = heapq.heappop(self.events)
+        at_ms, _, handler, args = heapq.heappop(self.events)
         assert at_ms >= self.now
         self.now = at_ms
         self.event_count += 1
         if self.event_count > self.config.max_events:
-            self.fail("event budget exhausted (livelock?)")
-        self.touched: set[Node] = set()
-        getattr(self, "on_" + kind)(*args)
+            self.fail("event budget exhausted (livelock?)", EVENT_BUDGET)
+        try:
+            handler(*args)
+        except InvariantViolation:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any exception out of the core is a crash
+            frames = "".join(traceback.format_exception(exc, limit=-6))
+            self.fail(f"crash: {type(exc).__name__}: {exc}\n{frames}", NO_CRASH)
         # Only nodes that handled something can have changed (faults touch several).
-        self.check_invariants(self.touched)
+        touched = self.touched
+        if touched:
+            for node in touched:
+                self.check_node(node)
+            touched.clear()
+        if self.majority_dirty:
+            self.check_majority()
         return True
 
     def run_until(self, end_ms: int) -> None:
-        while self.events and self.events[0][0] <= end_ms:
+        events = self.events
+        while events and events[0][0] <= end_ms:
             self.step()
         self.now = max(self.now, end_ms)
 
@@ -336,17 +467,35 @@ class Simulation:
         node = self.nodes[destination]
         if node.core is None or (source, destination) in self.blocked:
             return
-        answer = node.core.handle_request(source, api_key, payload, self.now, token=(incarnation, request_body))
+        answer = self.deliver_request(node, source, api_key, payload, (incarnation, request_body))
         if answer is not DEFERRED:
-            self.send(destination, source, "response", api_key, request_body, answer, incarnation=incarnation)
+            self.send_response(destination, source, api_key, request_body, answer, incarnation)
         self.drain(node)
+
+    def deliver_request(self, node: Node, sender_id: int, api_key: int, body: Any, token: Any) -> Any:
+        """What server/raft/driver.py does with an inbound request: validate, then the core."""
+        refusal = check_request(api_key, body, node.rules)
+        if refusal is not None:
+            self.count(f"refused.{refusal.error.name}")
+            return refusal_response(refusal)
+        try:
+            return node.core.handle_request(sender_id, api_key, body, self.now, token=token)
+        except RaftProtocolError as exc:
+            self.count(f"refused.{exc.event}")
+            return refusal_response(Refusal(api_key, exc.error, exc.event, exc.reason))
 
     def on_response(self, source: int, destination: int, incarnation: int, api_key: int, request_body: Any,
                     payload: Any) -> None:
         node = self.nodes[destination]
         if node.core is None or node.incarnation != incarnation or (source, destination) in self.blocked:
             return
-        node.core.handle_response(source, api_key, request_body, payload, self.now)
+        if check_response(api_key, payload, node.rules) is not None:
+            self.count("response_refused")
+            payload = None
+        try:
+            node.core.handle_response(source, api_key, request_body, payload, self.now)
+        except RaftProtocolError as exc:
+            self.count(f"response_refused.{exc.event}")
         self.drain(node)
 
     def on_propose(self) -> None:
@@ -355,7 +504,7 @@ class Simulation:
         leader = self.current_leader()
         if leader is not None:
             self.propose(leader)
-        self.schedule(self.now + self.config.propose_interval_ms, "propose")
+        self.schedule(self.now + self.config.propose_interval_ms, self.on_propose)
 
     def propose(self, node: Node) -> tuple[int, int] | None:
         assert node.core is not None
@@ -368,7 +517,7 @@ class Simulation:
             return result
         return None
 
-    def on_call(self, function: Any) -> None:
+    def on_call(self, function: Callable[[], None]) -> None:
         function()
 
     # -- queries --------------------------------------------------------------
@@ -380,68 +529,111 @@ class Simulation:
         leaders = [node for node in self.up() if node.core.role is Role.LEADER]
         return max(leaders, key=lambda node: node.core.epoch) if leaders else None
 
+    def describe_laggards(self) -> str:
+        leader = self.current_leader()
+        if leader is None or leader.core.leader_high_watermark is None:
+            return "no leader has committed in its epoch"
+        target = leader.core.leader_high_watermark
+        laggards = [
+            f"{'voter' if node.is_voter else 'observer'} {node.node_id} ({node.core.role.value}, epoch "
+            f"{node.core.epoch}, high watermark {node.core.high_watermark})"
+            for node in self.up() if node.core.high_watermark < target
+        ]
+        return (f"leader {leader.node_id} (epoch {leader.core.epoch}, high watermark {target}); behind: "
+                + ", ".join(laggards))
+
     def note(self, text: str) -> None:
         self.trace.append(f"{self.now:>7} {text}")
         if len(self.trace) > 60:
             del self.trace[:20]
 
-    def fail(self, message: str) -> None:
+    def fail(self, message: str, invariant: str) -> None:
         trace = "\n".join("    " + line for line in self.trace[-40:])
         raise InvariantViolation(
-            f"seed {self.seed} at t={self.now} ms: {message}\n"
+            f"seed {self.seed} at t={self.now} ms: [{invariant}] {message}\n"
             f"  last role changes:\n{trace}\n"
             f"  config: {self.config}\n"
-            f"  replay: .venv/bin/python -m tests.sim.run --seed {self.seed}"
+            f"  replay: .venv/bin/python -m tests.sim.run --seed {self.seed}",
+            invariant,
         )
 
     # -- invariants (FACTS §12) ---------------------------------------------------
 
     def check_invariants(self, nodes: set[Node] | None = None) -> None:
-        majority = len(self.voter_ids) // 2 + 1
+        """Every per-node invariant for `nodes` (all by default), then the majority check."""
         for node in self.nodes.values() if nodes is None else nodes:
-            core = node.core
-            if core is None:
-                continue
-            # MonotonicEpoch: the in-memory epoch is the persisted one.
-            if core.epoch != node.store.current.epoch:
-                self.fail(f"node {node.node_id}: in-memory epoch {core.epoch} != persisted {node.store.current.epoch}")
-            # SingleLeader: one leader per epoch, whoever reports it.
-            leader = core.leader_id
-            if leader is not None:
-                known = self.epoch_leaders.setdefault(core.epoch, leader)
+            self.check_node(node)
+        if self.majority_dirty:
+            self.check_majority()
+
+    def check_node(self, node: Node) -> None:
+        core = node.core
+        if core is None:
+            return
+        state = core.quorum_state
+        stored = node.store.current
+        if state is not node.checked_state or stored is not node.checked_stored:
+            # MonotonicEpoch: the in-memory epoch is the persisted one (which only goes up, see drain).
+            if state.epoch != stored.epoch:
+                self.fail(f"node {node.node_id}: in-memory epoch {state.epoch} != persisted {stored.epoch}",
+                          MONOTONIC_EPOCH)
+            if not 0 <= state.epoch <= INT32_MAX:
+                self.fail(f"node {node.node_id}: epoch {state.epoch} is not an int32 epoch", EPOCH_IN_RANGE)
+            # SingleLeader: one leader per epoch. Without a hostile node every
+            # node's belief counts; a hostile node can make a node believe a forged
+            # BeginQuorumEpoch (no unauthenticated peer can tell), so then only the
+            # nodes that actually lead count.
+            leader = state.leader_id
+            if leader is not None and (self.hostile is None or leader == node.node_id):
+                known = self.epoch_leaders.setdefault(state.epoch, leader)
                 if known != leader:
-                    self.fail(f"two leaders in epoch {core.epoch}: {known} and {leader} (seen by {node.node_id})")
-            # MonotonicHighWatermark, per leader and across epochs.
-            leader_hw = core.leader_high_watermark
-            if leader_hw is not None and (core.epoch, leader_hw) != node.last_leader_check:
-                node.last_leader_check = (core.epoch, leader_hw)
-                previous = self.max_leader_hw_by_epoch.get(core.epoch, 0)
-                if leader_hw < previous:
-                    self.fail(f"leader {node.node_id} high watermark went back from {previous} to {leader_hw}")
-                earlier = max((hw for epoch, hw in self.max_leader_hw_by_epoch.items() if epoch < core.epoch),
-                              default=0)
-                if leader_hw < earlier:
-                    self.fail(f"leader {node.node_id} of epoch {core.epoch} has high watermark {leader_hw} "
-                              f"below {earlier}, committed in an earlier epoch")
-                self.max_leader_hw_by_epoch[core.epoch] = leader_hw
-                if leader_hw > self.committed_hw:
-                    self.committed_hw = leader_hw
-                    self.majority_dirty = True
-            if core.high_watermark < node.last_high_watermark:
-                self.fail(f"node {node.node_id}: high watermark went back")
-            node.last_high_watermark = core.high_watermark
-            # SnapshotAtLogStart.
-            snapshot = node.log.snapshot_id
-            if snapshot is not None and node.log.start_offset != snapshot.end_offset:
-                self.fail(f"node {node.node_id}: log start {node.log.start_offset} is not the snapshot end")
+                    self.fail(f"two leaders in epoch {state.epoch}: {known} and {leader} (seen by {node.node_id})",
+                              SINGLE_LEADER)
+            node.checked_state = state
+            node.checked_stored = stored
+        # MonotonicHighWatermark, per leader and across epochs.
+        leader_hw = core.leader_high_watermark
+        if leader_hw is not None and (state.epoch, leader_hw) != node.last_leader_check:
+            self.check_leader_high_watermark(node, state.epoch, leader_hw)
+        high_watermark = core.high_watermark
+        if high_watermark < node.last_high_watermark:
+            self.fail(f"node {node.node_id}: high watermark went back from {node.last_high_watermark} "
+                      f"to {high_watermark}", MONOTONIC_HIGH_WATERMARK)
+        node.last_high_watermark = high_watermark
+        # SnapshotAtLogStart.
+        snapshot = node.log.snapshot_id
+        if snapshot is not None and node.log.start_offset != snapshot.end_offset:
+            self.fail(f"node {node.node_id}: log start {node.log.start_offset} is not the snapshot end",
+                      SNAPSHOT_AT_LOG_START)
+        # ConsistentCommittedData, for what this node learnt is committed since its last check.
+        if node.verified_to < high_watermark:
             self.verify_committed(node)
-        # MajorityReachedHighWatermark: what any leader committed is durable on a majority of voters.
+
+    def check_leader_high_watermark(self, node: Node, epoch: int, leader_hw: int) -> None:
+        node.last_leader_check = (epoch, leader_hw)
+        previous = self.max_leader_hw_by_epoch.get(epoch, 0)
+        if leader_hw < previous:
+            self.fail(f"leader {node.node_id} high watermark went back from {previous} to {leader_hw}",
+                      MONOTONIC_HIGH_WATERMARK)
+        earlier = max((hw for other, hw in self.max_leader_hw_by_epoch.items() if other < epoch), default=0)
+        if leader_hw < earlier:
+            self.fail(f"leader {node.node_id} of epoch {epoch} has high watermark {leader_hw} "
+                      f"below {earlier}, committed in an earlier epoch", MONOTONIC_HIGH_WATERMARK)
+        self.max_leader_hw_by_epoch[epoch] = leader_hw
+        if leader_hw > self.committed_hw:
+            self.committed_hw = leader_hw
+            self.majority_dirty = True
+
+    def check_majority(self) -> None:
+        """MajorityReachedHighWatermark: what any leader committed is durable on a majority of voters."""
+        self.majority_dirty = False
         committed = self.committed_hw
-        if committed and self.majority_dirty:
-            self.majority_dirty = False
-            holders = sum(1 for voter in self.voter_ids if self.holds(self.nodes[voter], committed))
-            if holders < majority:
-                self.fail(f"high watermark {committed} is durable on only {holders} voters")
+        if not committed:
+            return
+        holders = sum(1 for voter in self.voter_ids if self.holds(self.nodes[voter], committed))
+        if holders < len(self.voter_ids) // 2 + 1:
+            self.fail(f"high watermark {committed} is durable on only {holders} voters",
+                      MAJORITY_REACHED_HIGH_WATERMARK)
 
     def holds(self, node: Node, offset: int) -> bool:
         """The node's durable log holds the committed prefix [0, offset) (log matching: the last epoch agrees)."""
@@ -461,27 +653,34 @@ class Simulation:
             return
         start = max(node.verified_to, node.log.start_offset)
         for batch in node.log.read(start, 1 << 30):
+            base = batch.base_offset
+            if base >= limit:
+                break
+            epoch, control = batch.epoch, batch.control_type
             for index, value in enumerate(batch.values):
-                offset = batch.base_offset + index
+                offset = base + index
                 if offset < start:
                     continue
                 if offset >= limit:
                     break
-                self.record_committed(node.node_id, offset, (batch.epoch, value, batch.control_type))
+                self.record_committed(node.node_id, offset, (epoch, value, control))
         node.verified_to = limit
 
     def record_committed(self, node_id: int, offset: int, entry: tuple[int, bytes, int | None]) -> None:
         known = self.committed.get(offset)
         if known is None:
             self.committed[offset] = entry
-            self.committed_end = max(self.committed_end, offset + 1)
+            if offset >= self.committed_end:
+                self.committed_end = offset + 1
         elif known != entry:
-            self.fail(f"node {node_id}: committed offset {offset} is {entry}, elsewhere {known}")
+            self.fail(f"node {node_id}: committed offset {offset} is {entry}, elsewhere {known}",
+                      CONSISTENT_COMMITTED_DATA)
 
     def check_snapshot(self, node: Node, snapshot_id: SnapshotId, data: bytes) -> None:
         entries = decode_snapshot(data)
         if [entry[0] for entry in entries] != list(range(snapshot_id.end_offset)):
-            self.fail(f"node {node.node_id}: snapshot {snapshot_id} does not cover [0, {snapshot_id.end_offset})")
+            self.fail(f"node {node.node_id}: snapshot {snapshot_id} does not cover [0, {snapshot_id.end_offset})",
+                      CONSISTENT_COMMITTED_DATA)
         for offset, epoch, value, control in entries:
             self.record_committed(node.node_id, offset, (epoch, value, control))
 
@@ -493,7 +692,7 @@ class Simulation:
     def block(self, group_a: list[int], group_b: list[int], duration_ms: int) -> None:
         links = frozenset({(a, b) for a in group_a for b in group_b} | {(b, a) for a in group_a for b in group_b})
         self.blocked |= links
-        self.schedule(self.now + duration_ms, "heal_links", links)
+        self.schedule(self.now + duration_ms, self.on_heal_links, links)
 
     def isolate(self, node_id: int, duration_ms: int) -> None:
         others = [other for other in self.nodes if other != node_id]
@@ -519,11 +718,11 @@ class Simulation:
             self.isolate(leader.node_id, duration)
         elif name == "back_to_back" and leader is not None:
             self.isolate(leader.node_id, duration)
-            self.schedule(self.now + duration // 2, "fault", "isolate_leader")
+            self.schedule(self.now + duration // 2, self.on_fault, "isolate_leader")
         elif name in ("kill", "kill_leader", "shutdown"):
             target = leader if name == "kill_leader" and leader is not None else self.nodes[rng.choice(ids)]
             self.stop_node(target, graceful=name == "shutdown")
-            self.schedule(self.now + duration, "restart", target.node_id)
+            self.schedule(self.now + duration, self.on_restart, target.node_id)
         elif name == "kill_all":
             for node in self.nodes.values():
                 self.stop_node(node, graceful=False)
@@ -531,14 +730,13 @@ class Simulation:
             rng.shuffle(voters)
             majority = len(voters) // 2 + 1
             for node_id in voters[:majority]:
-                self.schedule(self.now + rng.randrange(1, 50), "restart", node_id)
+                self.schedule(self.now + rng.randrange(1, 50), self.on_restart, node_id)
             for node_id in voters[majority:] + [i for i in ids if i not in self.voter_ids]:
-                self.schedule(self.now + duration, "restart", node_id)
+                self.schedule(self.now + duration, self.on_restart, node_id)
         elif name == "wipe":
             self.try_wipe(duration)
         elif name == "snapshot":
             self.take_snapshot(self.nodes[rng.choice(ids)])
-
     def try_wipe(self, duration_ms: int) -> None:
         """Disk loss, only where Raft without KIP-853 survives it (see the module README in run.py)."""
         target = self.nodes[self.rng.choice(sorted(self.nodes))]
@@ -569,10 +767,10 @@ class Simulation:
                 return
         self.stats["wipe"] = self.stats.get("wipe", 0) + 1
         self.stop_node(target, graceful=False)
-        target.log = MemoryRaftLog()
+        target.log = SimLog()
         target.store = MemoryQuorumStateStore()
         target.max_persisted_epoch = 0
-        self.schedule(self.now + duration_ms, "restart", target.node_id)
+        self.schedule(self.now + duration_ms, self.on_restart, target.node_id)
 
     def take_snapshot(self, node: Node) -> None:
         core = node.core
@@ -601,10 +799,12 @@ class Simulation:
 
     def run(self) -> None:
         cfg = self.config
-        self.schedule(self.rng.randrange(0, cfg.propose_interval_ms), "propose")
+        self.schedule(self.rng.randrange(0, cfg.propose_interval_ms), self.on_propose)
         fault_times = sorted(self.rng.randrange(100, cfg.fault_duration_ms) for _ in cfg.faults)
         for at_ms, name in zip(fault_times, cfg.faults):
-            self.schedule(at_ms, "fault", name)
+            self.schedule(at_ms, self.on_fault, name)
+        if self.hostile is not None:
+            self.hostile.start()
         self.run_until(cfg.fault_duration_ms)
         self.heal()
         self.check_liveness()
@@ -636,7 +836,7 @@ class Simulation:
                     marker = None
             if marker is None and leader is not None:
                 marker = self.propose(leader)
-        self.fail(f"no value committed within {self.config.liveness_bound_ms} ms after the faults healed")
+        self.fail(f"no value committed within {self.config.liveness_bound_ms} ms after the faults healed", LIVENESS)
 
     def check_final(self) -> None:
         # Clients stop; every node must catch up with the leader, then compare everything.
@@ -651,7 +851,7 @@ class Simulation:
             if all(node.core.high_watermark >= target for node in self.up()):
                 break
         else:
-            self.fail("nodes did not catch up with the leader after healing")
+            self.fail(f"nodes did not catch up with the leader after healing: {self.describe_laggards()}", LIVENESS)
         for node in self.up():
             self.verify_committed(node)
         # ConsistentCommittedData: no committed entry is missing anywhere.
@@ -665,16 +865,17 @@ class Simulation:
             have[offset] = (epoch, value, control)
         for offset in range(self.committed_end):
             if offset not in self.committed:
-                self.fail(f"committed offset {offset} was never seen by the checker")
+                self.fail(f"committed offset {offset} was never seen by the checker", CONSISTENT_COMMITTED_DATA)
             if have.get(offset) != self.committed[offset]:
                 self.fail(f"committed offset {offset} lost: leader has {have.get(offset)}, "
-                          f"committed {self.committed[offset]}")
+                          f"committed {self.committed[offset]}", CONSISTENT_COMMITTED_DATA)
         # Every proposal acknowledged (committed at its offset and epoch) is present.
         committed_values = {entry[1] for entry in self.committed.values()}
         for offset, epoch, value in self.proposals:
             entry = self.committed.get(offset)
             if entry is not None and entry[0] == epoch and entry[1] != value:
-                self.fail(f"proposal {value!r} at {offset} epoch {epoch} was replaced by {entry}")
+                self.fail(f"proposal {value!r} at {offset} epoch {epoch} was replaced by {entry}",
+                          CONSISTENT_COMMITTED_DATA)
             if entry is not None and entry[0] == epoch:
                 assert value in committed_values
 
