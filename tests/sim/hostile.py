@@ -23,16 +23,13 @@ Rules kept here:
   travels on the requester's connection); deferred Fetch answers too (their
   token says so). It never answers requests: honest nodes send theirs to the
   real node of the id.
-- It forges nothing that no unauthenticated Raft implementation can refuse. A
-  Fetch naming a voter as its replica is that voter's acknowledgement of
-  replication; a forged one (a position the voter does not hold, or one it held
-  only before it moved to a later epoch) lets the leader count a majority that
-  does not exist and commit data a later leader overwrites. Only authenticated
-  peers (SASL or mTLS between controllers) stop that. So a Fetch in a voter's
-  name is either a replay of that voter's own Fetch (a delayed duplicate, which
-  Raft tolerates) or a position every leader refuses (a negative offset or
-  epoch, a last fetched epoch above the request's epoch, an offset past any
-  log). Every other request, and every Fetch in a non-voter's name, is free.
+- A Fetch naming a voter as its replica is that voter's acknowledgement of
+  replication. It forges those freely (any position, the leader's own end
+  included) but without the voter's token, which the leader sends only to the
+  voter's address: a leader that counted one would commit on a majority that
+  does not exist (MajorityReachedHighWatermark). What it replays is a real
+  voter's own Fetch, token and all: a delayed duplicate, which Raft tolerates.
+  Every other request, and every Fetch in a non-voter's name, is free.
 - Requests it cannot encode (in wire-codec seeds) are not sent: they could not
   be on a real wire.
 - Bounded: one request every 1-15 ms of its window, the last MAX_OVERHEARD
@@ -170,7 +167,15 @@ class HostileNode:
             own = [body for source, _, api_key, body in self.overheard if source == replica and api_key == ApiKey.FETCH]
             if own and rng.random() < 0.5:
                 return rng.choice(own)
-            # A position no leader accepts (see the module docstring).
+            if rng.random() < 0.5:
+                # A plausible position the voter may not hold: the leader's end, in its epoch,
+                # with no token or a guessed one.
+                leader = self.sim.current_leader()
+                if leader is not None and leader.core is not None:
+                    core = leader.core
+                    return m.fetch_request(self.cluster_id(), replica, core.epoch, core.end_offset, core.last_epoch,
+                                           0, 1 << 20, token=rng.choice((None, rng.getrandbits(63))))
+            # A position no leader accepts.
             epoch = self.epoch()
             offset, last_epoch = rng.choice((
                 (-1, max(0, min(epoch, INT32_MAX))),
