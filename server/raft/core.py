@@ -628,7 +628,9 @@ class RaftCore:
             preferred = sorted((voter for voter in self.config.voters if voter != self.config.node_id),
                                key=lambda voter: (-self._voter_states.get(voter, ReplicaState()).end_offset, voter))
             for voter in preferred:
-                body = m.end_quorum_epoch_request(self.config.cluster_id, self.config.node_id, self.epoch, preferred)
+                # With the voter's token: only the real leader can hurry its followers into an election.
+                body = m.end_quorum_epoch_request(self.config.cluster_id, self.config.node_id, self.epoch, preferred,
+                                                  self._voter_tokens.get(voter))
                 self._out_requests.append(OutboundRequest(voter, ApiKey.END_QUORUM_EPOCH, body))
 
     def _leave_leadership(self) -> None:
@@ -908,8 +910,10 @@ class RaftCore:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
         if epoch > self.epoch or self.leader_id is None:
             self._become_follower(epoch, leader_id, now_ms)
-        if self.role is Role.FOLLOWER and self.leader_id == leader_id and self.config.is_voter:
-            # The leader says it is gone: its successor's Vote is no longer disruptive.
+        if (self.role is Role.FOLLOWER and self.leader_id == leader_id and self.config.is_voter
+                and self._leader_token is not None and m.voter_token(body) == self._leader_token):
+            # The leader says it is gone (with the token it gave this voter, so it is the
+            # leader): its successor's Vote is no longer disruptive.
             self._last_leader_contact_ms = -1
             preferred = list(partition.get("preferred_successors") or [])
             if not preferred:
@@ -1233,6 +1237,10 @@ class RaftCore:
                 truncate_to = self._diverging_truncation(diverging["epoch"], diverging["end_offset"])
             elif not (snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0):
                 batches = self._decode_fetched(partition.get("records"))
+            elif snapshot["end_offset"] < self.high_watermark:
+                raise RaftProtocolError(ErrorCode.INVALID_REQUEST, BAD_RESPONSE,
+                                        f"a snapshot ending at {snapshot['end_offset']} would drop committed data "
+                                        f"(high watermark {self.high_watermark})")
         except RaftProtocolError:
             self._fetch_failed(now_ms)
             raise

@@ -115,6 +115,7 @@ _ROLE_EVENTS = {
 }
 
 DEFAULT_INBOX_CAPACITY = 4096
+REFUSAL_LOG_LINES_PER_S = 20
 # Inputs handed to the core before the next Ready is drained: large enough to
 # group many proposals into one append (one fsync), small enough to keep
 # answers flowing.
@@ -354,6 +355,8 @@ class RaftDriver:
         # Messages refused at the boundary or by the core, by (event, error name).
         self.refused: dict[tuple[str, str], int] = {}
         self._epoch_exhausted_logged = False
+        # (event, api key, error) -> (second, lines logged in it, refusals not logged since).
+        self._refusal_log: dict[tuple[str, int, str], tuple[int, int, int]] = {}
         # -- storage failures (see the module docstring) --
         self._storage_retry = storage_retry
         # Called with True when the log goes offline, False when it is back (metrics).
@@ -576,10 +579,23 @@ class RaftDriver:
     def _note_refusal(self, refusal: Refusal, sender_id: int) -> None:
         key = (refusal.event, refusal.error.name)
         self.refused[key] = self.refused.get(key, 0) + 1
-        _log.warning(refusal.event, node_id=self.config.node_id, api_key=int(refusal.api_key),
-                     sender_id=sender_id, error=refusal.error.name, reason=refusal.reason)
         if self._on_refusal is not None:
             self._on_refusal(refusal)
+        # A flood of hostile frames must not become a flood of log lines: at most
+        # REFUSAL_LOG_LINES_PER_S lines per second for each kind of refusal (event, API,
+        # error); the metric counts them all, and the next line says how many were not logged.
+        kind = (refusal.event, int(refusal.api_key), refusal.error.name)
+        now_s = self._clock_ms() // 1000
+        window_s, logged, suppressed = self._refusal_log.get(kind, (now_s, 0, 0))
+        if window_s != now_s:
+            window_s, logged = now_s, 0
+        if logged >= REFUSAL_LOG_LINES_PER_S:
+            self._refusal_log[kind] = (window_s, logged, suppressed + 1)
+            return
+        self._refusal_log[kind] = (window_s, logged + 1, 0)
+        _log.warning(refusal.event, node_id=self.config.node_id, api_key=int(refusal.api_key),
+                     sender_id=sender_id, error=refusal.error.name, reason=refusal.reason,
+                     not_logged_before=suppressed)
 
     async def resign(self) -> None:
         """Graceful shutdown of a leader: EndQuorumEpoch to the others, so they elect at once.

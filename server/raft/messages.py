@@ -10,7 +10,8 @@ Rules kept here:
   with defaults. They work on dicts and on decoded construct Containers alike.
 - A leader names each voter a random token in its BeginQuorumEpoch (sent to the
   voter's configured address); the voter's Fetch and FetchSnapshot requests carry it
-  back. Both travel as the tagged field VOTER_TOKEN_TAG, which other Kafka
+  back, and the leader's EndQuorumEpoch carries it again (only the real leader can
+  hurry its followers into an election). Both travel as the tagged field VOTER_TOKEN_TAG, which other Kafka
   implementations ignore. A voter's fetch position counts toward the high watermark
   only with its token, so whoever can reach a PLAINTEXT controller listener cannot
   speak for a voter's copy of the log.
@@ -130,9 +131,11 @@ def begin_quorum_epoch_request(cluster_id: str, voter_id: int, leader_id: int, e
     }
 
 
-def end_quorum_epoch_request(cluster_id: str, leader_id: int, epoch: int, preferred: list[int]) -> Body:
+def end_quorum_epoch_request(cluster_id: str, leader_id: int, epoch: int, preferred: list[int],
+                             token: int | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
+        "_unknown_tagged_fields": _token_field(token),
         "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": METADATA_PARTITION, "leader_id": leader_id, "leader_epoch": epoch,
             "preferred_successors": list(preferred),

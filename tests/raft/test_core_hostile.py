@@ -95,11 +95,14 @@ class Node:
         return taken
 
 
+LEADER_TOKEN = 4242
+
+
 def follower_hearing_leader(leader: int = 2, epoch: int = 1) -> Node:
     """Node 1, following `leader` in `epoch`, with a successful Fetch just answered."""
     node = Node()
-    answer = node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, leader, epoch),
-                          sender=leader)
+    answer = node.request(ApiKey.BEGIN_QUORUM_EPOCH,
+                          m.begin_quorum_epoch_request(CLUSTER, 1, leader, epoch, token=LEADER_TOKEN), sender=leader)
     assert answer["error_code"] == 0 and node.core.role is Role.FOLLOWER
     (fetch,) = node.take_requests(ApiKey.FETCH)
     node.core.handle_response(leader, ApiKey.FETCH, fetch.body,
@@ -251,9 +254,24 @@ def test_without_a_live_leader_a_higher_epoch_vote_is_granted():
 
 def test_the_leaders_end_quorum_epoch_lets_its_successor_be_elected_at_once():
     node = follower_hearing_leader(leader=2, epoch=1)
-    node.request(ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 2, 1, [3, 1]), sender=2)
+    node.request(ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 2, 1, [3, 1], token=LEADER_TOKEN),
+                 sender=2)
     vote = node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, 2, 3, 0, 0, False), sender=3)
     assert vote["topics"][0]["partitions"][0]["vote_granted"] is True
+
+
+def test_an_end_quorum_epoch_without_the_leaders_token_hurries_nothing():
+    """Anyone can send EndQuorumEpoch in the leader's name; only the leader has the token it
+    gave this voter, so a forged one neither starts an election early nor lifts the
+    disruptive-server rule."""
+    node = follower_hearing_leader(leader=2, epoch=1)
+    deadline = node.core.next_deadline_ms()
+    for token in (None, LEADER_TOKEN + 1):
+        node.request(ApiKey.END_QUORUM_EPOCH, m.end_quorum_epoch_request(CLUSTER, 2, 1, [1, 3], token=token),
+                     sender=2)
+    vote = node.request(ApiKey.VOTE, m.vote_request(CLUSTER, 1, 2, 3, 0, 0, False), sender=3)
+    assert vote["topics"][0]["partitions"][0]["vote_granted"] is False
+    assert node.core.next_deadline_ms() == deadline and node.core.role is Role.FOLLOWER
 
 
 def test_a_leader_with_its_majority_ignores_votes_but_not_from_a_stranded_voter():

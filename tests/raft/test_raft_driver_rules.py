@@ -159,3 +159,37 @@ async def test_a_parked_fetch_is_answered_when_the_driver_stops(tmp_path):
     finally:
         log.close()
     assert [a["error_code"] for a in answers] == [ErrorCode.BROKER_NOT_AVAILABLE]
+
+
+async def test_refused_requests_are_counted_each_and_logged_at_a_bounded_rate(tmp_path):
+    """A flood of hostile frames: every one is answered and counted (metric), but the log
+    gets at most REFUSAL_LOG_LINES_PER_S lines a second for that kind of refusal, and the
+    next line says how many were left out."""
+    import structlog
+
+    from server.raft.driver import REFUSAL_LOG_LINES_PER_S
+    from server.raft.validate import MAX_EPOCH
+
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=60_000)
+    log = MetadataLog.open(tmp_path)
+    seen: list = []
+    clock = {"ms": 0}
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                            random.Random(3), on_refusal=seen.append, clock_ms=lambda: clock["ms"])
+        answers: list = []
+        hostile = vote_request(CLUSTER, 1, MAX_EPOCH + 1, 2, 0, 0, pre_vote=False)
+        with structlog.testing.capture_logs() as lines:
+            for _ in range(100):
+                driver.offer_request(2, ApiKey.VOTE, hostile, answers.append)
+            clock["ms"] = 1000
+            driver.offer_request(2, ApiKey.VOTE, hostile, answers.append)
+    finally:
+        log.close()
+    assert len(answers) == len(seen) == 101
+    assert all(answer["error_code"] == ErrorCode.INVALID_REQUEST for answer in answers)
+    assert sum(driver.refused.values()) == 101
+    refused_lines = [line for line in lines if line["event"] == "raft.request_refused"]
+    assert len(refused_lines) == REFUSAL_LOG_LINES_PER_S + 1
+    assert refused_lines[-1]["not_logged_before"] == 100 - REFUSAL_LOG_LINES_PER_S
