@@ -23,19 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_fsync import ROUNDS, WARMUP_APPENDS, percentile  # noqa: E402
 
 from server.observability import configure_logging  # noqa: E402
 from server.storage.log import LogConfig, MetadataLog  # noqa: E402
-
-ROUNDS = 10
-WARMUP_APPENDS = 20
-
-
-def percentile(samples: list[int], fraction: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index] / 1000.0  # ns -> µs
 
 
 def time_appends(log: MetadataLog, values: list[bytes], count: int, out: list[int]) -> None:

@@ -100,16 +100,26 @@ def check_request(api_key: int, body: Body, rules: PeerRules) -> Refusal | None:
     return _refuse(api_key, ErrorCode.INVALID_REQUEST, f"api key {api_key} is not a KRaft RPC")
 
 
-def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
-    api_key = ApiKey.VOTE
+def _voter_partition(api_key: int, body: Body, rules: PeerRules, addressed: bool) -> Body | Refusal:
+    """The partition of a request only voters receive (Vote, BeginQuorumEpoch, EndQuorumEpoch)."""
     if rules.node_id not in rules.voters:
+        # Candidates and leaders address voters only; an observer learns the leader by fetching.
         return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, "this node is not a voter")
-    refusal = _check_addressee(api_key, body, rules)
-    if refusal is not None:
-        return refusal
+    if addressed:
+        refusal = _check_addressee(api_key, body, rules)
+        if refusal is not None:
+            return refusal
     partition = m.single_partition(body)
     if partition is None:
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, "not exactly __cluster_metadata-0")
+    return partition
+
+
+def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
+    api_key = ApiKey.VOTE
+    partition = _voter_partition(api_key, body, rules, addressed=True)
+    if isinstance(partition, Refusal):
+        return partition
     candidate_epoch = partition["candidate_epoch"]
     if not _epoch_ok(candidate_epoch):
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, f"candidate epoch {candidate_epoch} out of range")
@@ -128,16 +138,10 @@ def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
 
 def _check_epoch_announcement(api_key: int, body: Body, rules: PeerRules) -> Refusal | None:
     """BeginQuorumEpoch and EndQuorumEpoch: a voter announcing its leadership's start or end."""
-    if rules.node_id not in rules.voters:
-        # Leaders announce themselves to voters only; an observer learns the leader by fetching.
-        return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, "this node is not a voter")
-    if api_key == ApiKey.BEGIN_QUORUM_EPOCH:
-        refusal = _check_addressee(api_key, body, rules)
-        if refusal is not None:
-            return refusal
-    partition = m.single_partition(body)
-    if partition is None:
-        return _refuse(api_key, ErrorCode.INVALID_REQUEST, "not exactly __cluster_metadata-0")
+    # EndQuorumEpoch names no addressee.
+    partition = _voter_partition(api_key, body, rules, addressed=api_key == ApiKey.BEGIN_QUORUM_EPOCH)
+    if isinstance(partition, Refusal):
+        return partition
     epoch, leader = partition["leader_epoch"], partition["leader_id"]
     if not _epoch_ok(epoch):
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, f"leader epoch {epoch} out of range")
