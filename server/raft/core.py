@@ -72,12 +72,13 @@ from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
 
-# How far above the highest epoch it learned from its own requests' answers a node
-# lets a request (Vote, BeginQuorumEpoch, EndQuorumEpoch) move it. Requests are what an unauthenticated peer can send; an
-# honest voter that fell far behind learns the quorum's epoch from the responses to
-# its own pre-votes, votes and fetches, which this bound does not limit. Without it
-# two spoofed frames could push the quorum to MAX_EPOCH, after which it can never
-# elect again; with it that takes millions of forced elections.
+# How far above the highest epoch it learned from answers to its own requests a node
+# lets requests (Vote, BeginQuorumEpoch, EndQuorumEpoch) move it. Requests are what
+# an unauthenticated peer can send; an honest voter that fell far behind learns the
+# quorum's epoch from the answers to its own pre-votes, votes and fetches, which this
+# bound does not limit. Without it two spoofed frames could push the quorum to
+# MAX_EPOCH, after which it can never elect again; with it that takes millions of
+# forced elections.
 MAX_EPOCH_JUMP = 1000
 
 # Observers (brokers) the leader keeps state for; any id may fetch, so the map is capped.
