@@ -102,6 +102,9 @@ class Event(StrEnum):
     RAFT_RESPONSE_REFUSED = "raft.response_refused"
     RAFT_CONFLICTING_LEADER = "raft.conflicting_leader"
     RAFT_EPOCH_EXHAUSTED = "raft.epoch_exhausted"
+    # A controller listener beyond loopback that lets unauthenticated peers send KRaft RPCs.
+    SECURITY_PLAINTEXT_CONTROLLER_LISTENER = "security.plaintext_controller_listener"
+    SECURITY_UNAUTHENTICATED_CONTROLLER_LISTENER = "security.unauthenticated_controller_listener"
     CONTROLLER_ACTIVATED = "controller.activated"
     CONTROLLER_DEACTIVATED = "controller.deactivated"
     CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL = "controller.unsupported_finalized_level"

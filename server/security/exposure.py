@@ -30,11 +30,11 @@ import ipaddress
 from dataclasses import dataclass
 
 from server.config import Listener, ServerConfig
-from server.observability import get_logger
+from server.observability import Event, get_logger
 from server.security.authorizer import authorizer_config
 
-PLAINTEXT_CONTROLLER_LISTENER = "security.plaintext_controller_listener"
-UNAUTHENTICATED_CONTROLLER_LISTENER = "security.unauthenticated_controller_listener"
+PLAINTEXT_CONTROLLER_LISTENER = Event.SECURITY_PLAINTEXT_CONTROLLER_LISTENER
+UNAUTHENTICATED_CONTROLLER_LISTENER = Event.SECURITY_UNAUTHENTICATED_CONTROLLER_LISTENER
 ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
 SECURE_SETUP_HINT = ("use SASL_SSL (or SSL with ssl.client.auth=required) with an authorizer and the nodes as "
                      "super.users: docs/security.md, 'A secured controller listener', or try "
