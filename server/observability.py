@@ -102,6 +102,8 @@ class Event(StrEnum):
     RAFT_RESPONSE_REFUSED = "raft.response_refused"
     RAFT_CONFLICTING_LEADER = "raft.conflicting_leader"
     RAFT_EPOCH_EXHAUSTED = "raft.epoch_exhausted"
+    # A peer refuses this node's KRaft requests (authorization, cluster id, voter set).
+    RAFT_REFUSED_BY_PEER = "raft.refused_by_peer"
     # A controller listener beyond loopback that lets unauthenticated peers send KRaft RPCs.
     SECURITY_PLAINTEXT_CONTROLLER_LISTENER = "security.plaintext_controller_listener"
     SECURITY_UNAUTHENTICATED_CONTROLLER_LISTENER = "security.unauthenticated_controller_listener"

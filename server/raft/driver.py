@@ -116,6 +116,10 @@ _ROLE_EVENTS = {
 
 DEFAULT_INBOX_CAPACITY = 4096
 REFUSAL_LOG_LINES_PER_S = 20
+# Errors a peer gives when it will never accept this node's KRaft requests as they are.
+_PEER_REFUSALS = frozenset({ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.INCONSISTENT_CLUSTER_ID,
+                            ErrorCode.INCONSISTENT_VOTER_SET})
+PEER_REFUSAL_LOG_INTERVAL_MS = 60_000
 # Inputs handed to the core before the next Ready is drained: large enough to
 # group many proposals into one append (one fsync), small enough to keep
 # answers flowing.
@@ -357,6 +361,8 @@ class RaftDriver:
         self._epoch_exhausted_logged = False
         # (event, api key, error) -> (second, lines logged in it, refusals not logged since).
         self._refusal_log: dict[tuple[str, int, str], tuple[int, int, int]] = {}
+        # (peer, error) -> when this node last logged that the peer refuses it.
+        self._peer_refusal_logged_ms: dict[tuple[int, int], int] = {}
         # -- storage failures (see the module docstring) --
         self._storage_retry = storage_retry
         # Called with True when the log goes offline, False when it is back (metrics).
@@ -576,6 +582,16 @@ class RaftDriver:
         except (trio.WouldBlock, trio.ClosedResourceError):
             reply.fail(DriverStopped("the raft driver cannot take the request"))
 
+    def _note_refused_by_peer(self, peer_id: int, api_key: int, error_code: int, now_ms: int) -> None:
+        """A peer refuses this node's KRaft requests (a wrong principal or super.users, another
+        cluster's id): say so on this side too, once a minute per peer and error."""
+        key = (peer_id, error_code)
+        if now_ms < self._peer_refusal_logged_ms.get(key, -PEER_REFUSAL_LOG_INTERVAL_MS) + PEER_REFUSAL_LOG_INTERVAL_MS:
+            return
+        self._peer_refusal_logged_ms[key] = now_ms
+        _log.error(Event.RAFT_REFUSED_BY_PEER, node_id=self.config.node_id, peer_id=peer_id, api_key=int(api_key),
+                   error=ErrorCode(error_code).name)
+
     def _note_refusal(self, refusal: Refusal, sender_id: int) -> None:
         key = (refusal.event, refusal.error.name)
         self.refused[key] = self.refused.get(key, 0) + 1
@@ -750,6 +766,8 @@ class RaftDriver:
         assert core is not None
         if isinstance(item, _Response):
             response = item.response_body
+            if response is not None and response.get("error_code") in _PEER_REFUSALS:
+                self._note_refused_by_peer(item.source_id, item.api_key, response["error_code"], now)
             refusal = check_response(item.api_key, response, self._rules)
             if refusal is not None:
                 self._note_refusal(refusal, item.source_id)

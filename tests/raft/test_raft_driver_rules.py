@@ -193,3 +193,34 @@ async def test_refused_requests_are_counted_each_and_logged_at_a_bounded_rate(tm
     refused_lines = [line for line in lines if line["event"] == "raft.request_refused"]
     assert len(refused_lines) == REFUSAL_LOG_LINES_PER_S + 1
     assert refused_lines[-1]["not_logged_before"] == 100 - REFUSAL_LOG_LINES_PER_S
+
+
+async def test_a_peer_that_refuses_this_node_is_named_in_its_own_log(tmp_path):
+    """A wrong super.users or principal shows on the refused node too (not only as the
+    other side's `security.authorization_failed`), once a minute per peer and error."""
+    import structlog
+
+    from server.raft.driver import _Response
+
+    voters = frozenset({1, 2})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=60_000)
+    log = MetadataLog.open(tmp_path)
+    clock = {"ms": 0}
+    refused = {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "topics": []}
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters),
+                            {2: PeerAddress(2, "127.0.0.1", 1)}, random.Random(3), clock_ms=lambda: clock["ms"])
+        request = vote_request(CLUSTER, 2, 1, 1, 0, 0, pre_vote=False)
+        with structlog.testing.capture_logs() as lines:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(driver.run)
+                for at_ms in (0, 30_000, 60_000):
+                    clock["ms"] = at_ms
+                    await driver._send_channel.send(_Response(2, ApiKey.VOTE, request, refused))
+                    await driver.call(lambda d: None)  # the driver has handled everything before it
+                nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    named = [line for line in lines if line["event"] == "raft.refused_by_peer"]
+    assert [(line["peer_id"], line["error"]) for line in named] == [(2, "CLUSTER_AUTHORIZATION_FAILED")] * 2
+    assert driver.epoch == 0
