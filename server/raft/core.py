@@ -626,13 +626,19 @@ class RaftCore:
         self._set_role(Role.RESIGNED)
         self._election_deadline_ms = now_ms + self._random_election_timeout()
         if announce:
-            preferred = sorted((voter for voter in self.config.voters if voter != self.config.node_id),
-                               key=lambda voter: (-self._voter_states.get(voter, ReplicaState()).end_offset, voter))
-            for voter in preferred:
-                # With the voter's token: only the real leader can hurry its followers into an election.
-                body = m.end_quorum_epoch_request(self.config.cluster_id, self.config.node_id, self.epoch, preferred,
-                                                  self._voter_tokens.get(voter))
-                self._out_requests.append(OutboundRequest(voter, ApiKey.END_QUORUM_EPOCH, body))
+            self._out_requests.extend(self.resignation_requests())
+
+    def resignation_requests(self) -> list[OutboundRequest]:
+        """The EndQuorumEpoch of this leadership to every other voter, best-placed
+        successor first. The driver also sends them for a core it discards after a disk
+        failure, whose Ready loop ends there."""
+        preferred = sorted((voter for voter in self.config.voters if voter != self.config.node_id),
+                           key=lambda voter: (-self._voter_states.get(voter, ReplicaState()).end_offset, voter))
+        # With the voter's token: only the real leader can hurry its followers into an election.
+        return [OutboundRequest(voter, ApiKey.END_QUORUM_EPOCH,
+                                m.end_quorum_epoch_request(self.config.cluster_id, self.config.node_id, self.epoch,
+                                                           preferred, self._voter_tokens.get(voter)))
+                for voter in preferred]
 
     def _leave_leadership(self) -> None:
         self._leader_high_watermark = None

@@ -674,7 +674,7 @@ class RaftDriver:
         if self._core is not None:
             raise RuntimeError("a RaftDriver runs once; build a new one to restart")
         now = self._clock_ms()
-        self._core = RaftCore(self.config, self.storage, self._store.read(), self._rng, now, StoredRecordsCodec())
+        self._core = self._new_core(now)
         self._high_watermark = self._core.high_watermark
         try:
             async with trio.open_nursery() as nursery:
@@ -711,6 +711,10 @@ class RaftDriver:
             reply = getattr(item, "reply", None)
             if reply is not None:
                 reply.fail(DriverStopped("the raft driver stopped"))
+
+    def _new_core(self, now_ms: int) -> RaftCore:
+        """A core from the persisted quorum state and the log as it is on disk."""
+        return RaftCore(self.config, self.storage, self._store.read(), self._rng, now_ms, StoredRecordsCodec())
 
     async def _serve(self) -> None:
         """The driver loop, which a storage failure interrupts: the log goes offline
@@ -988,14 +992,9 @@ class RaftDriver:
                    flushed_end_offset=self.storage.flushed_end_offset, high_watermark=self._high_watermark)
         if was_leader and self._nursery is not None:
             # Resign at once: the others elect without waiting for their fetch timeout.
-            info = core.describe()
-            others = [voter for voter in self.config.voters if voter != me]
-            preferred = sorted(others, key=lambda voter: (
-                -(info.voters[voter].end_offset if voter in info.voters else -1), voter))
-            for voter in preferred:
-                body = m.end_quorum_epoch_request(self.config.cluster_id, me, epoch, preferred)
+            for request in core.resignation_requests():
                 self.requests_sent[ApiKey.END_QUORUM_EPOCH] += 1
-                self._nursery.start_soon(self._exchange, voter, int(ApiKey.END_QUORUM_EPOCH), body)
+                self._nursery.start_soon(self._exchange, request.destination, int(request.api_key), request.body)
         # Nothing that rests on state the failure may have left undurable goes out: held
         # answers (vote grants, acks), deferred ones (parked fetches) and the rest of the
         # interrupted round.
@@ -1042,7 +1041,7 @@ class RaftDriver:
             break
         now = self._clock_ms()
         # As a restart builds it: a former leader comes back resigned, a follower fetches.
-        self._core = RaftCore(self.config, self.storage, self._store.read(), self._rng, now, StoredRecordsCodec())
+        self._core = self._new_core(now)
         self._generation += 1
         self._flushing = False
         self._leader_ready_seen = False

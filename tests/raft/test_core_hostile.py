@@ -450,3 +450,13 @@ def test_a_follower_fetches_with_the_token_of_its_leaders_begin_quorum_epoch():
     node.request(ApiKey.BEGIN_QUORUM_EPOCH, m.begin_quorum_epoch_request(CLUSTER, 1, 2, 1, token=12345), sender=2)
     (fetch,) = node.take_requests(ApiKey.FETCH)
     assert m.voter_token(fetch.body) == 12345
+
+
+def test_a_leaders_resignation_carries_each_voters_token():
+    """What the leader sends when it resigns, and what the driver sends for a core it
+    discards after a disk failure: each voter's EndQuorumEpoch with that voter's token,
+    so followers act on it at once."""
+    node = leader_node()
+    requests = node.core.resignation_requests()
+    assert {r.destination: m.voter_token(r.body) for r in requests} == node.tokens
+    assert all(r.api_key == ApiKey.END_QUORUM_EPOCH for r in requests)
