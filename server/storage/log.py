@@ -270,6 +270,16 @@ class FileOps(Protocol):
     def ftruncate(self, fd: int, length: int, /) -> None: ...
 
 
+def _truncate_file(path: str, size: int) -> None:
+    """Cuts a segment file to `size` bytes, durably (recovery and repair: the log is not open)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _pwrite_all(fd: int, data: bytes, position: int, file_ops: FileOps = os) -> None:
     view = memoryview(data)
     written = 0
@@ -408,12 +418,7 @@ class MetadataLog:
             _fsync_directory(self._directory)
         if plan.cut_segment is not None:
             assert plan.cut_position is not None
-            fd = os.open(plan.cut_segment, os.O_RDWR)
-            try:
-                os.ftruncate(fd, plan.cut_position)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _truncate_file(plan.cut_segment, plan.cut_position)
 
     def _plan_repair(self, problem: CorruptLogError) -> RepairReport:
         assert problem.path is not None and problem.position is not None and problem.offset is not None
@@ -582,12 +587,7 @@ class MetadataLog:
                 **where,
             )
         removed_bytes = len(data) - position
-        fd = os.open(segment.path, os.O_RDWR)
-        try:
-            os.ftruncate(fd, position)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _truncate_file(segment.path, position)
         _log.warning(
             Event.STORAGE_TORN_TAIL_TRUNCATED,
             segment=segment.path,
