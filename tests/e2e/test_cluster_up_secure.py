@@ -136,9 +136,10 @@ def test_a_secure_cluster_comes_up_takes_a_write_and_restarts(tmp_path):
         assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
         assert "metadata.version was upgraded to 3.8-IV0." in upgraded.stdout
 
-        if shutil.which("kcat"):
+        kcat = shutil.which("kcat")
+        if kcat is not None:
             # librdkafka's own SCRAM client with the printed librdkafka properties.
-            listed = subprocess.run(["kcat", "-L", "-b", broker, "-F", str(secure / "admin-librdkafka.properties"),
+            listed = subprocess.run([kcat, "-L", "-b", broker, "-F", str(secure / "admin-librdkafka.properties"),
                                      "-m", "20"], capture_output=True, text=True, timeout=60)
             assert listed.returncode == 0, listed.stderr
             assert "broker 101 at 127.0.0.1" in listed.stdout
@@ -176,3 +177,6 @@ def test_a_secure_cluster_comes_up_takes_a_write_and_restarts(tmp_path):
         assert '"security.sasl_authentication_failed"' not in text, name
         assert "Traceback" not in text, name
         assert not any(password in text for password in passwords.values()), name
+    if kcat is None:
+        # Everything else was checked; the librdkafka login was not (a failure with CI=true).
+        pytest.skip("kcat is not installed (apt-get install kcat; scripts/setup --test installs it)")
