@@ -164,13 +164,13 @@ def stop(process: subprocess.Popen) -> None:
 
 
 # Where `kraftwerk storage format` puts the metadata log inside a node's --log-dir
-# (server.node.METADATA_LOG_DIR_NAME; not imported, so _common needs no server import).
+# (server.nodes.controller.METADATA_LOG_DIR_NAME; not imported, so _common needs no server import).
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 
 
 def random_cluster_id() -> str:
     """A fresh cluster id from `kraftwerk storage random-uuid`."""
-    return subprocess.run([PYTHON, "-m", "server.cli", "storage", "random-uuid"], cwd=REPO, check=True,
+    return subprocess.run([PYTHON, "-m", "cli.main", "storage", "random-uuid"], cwd=REPO, check=True,
                           capture_output=True, text=True, timeout=60).stdout.strip()
 
 
@@ -190,7 +190,7 @@ def kraftwerk_controller(work: Path, metadata_version: str = "3.8-IV0", extra_ar
     log_dir = work / "controller-1"
     log_path = work / "controller-1.log"
     port_file = work / "controller-1.port"
-    cli = [PYTHON, "-m", "server.cli"]
+    cli = [PYTHON, "-m", "cli.main"]
     if cluster_id is None:
         cluster_id = random_cluster_id()
     subprocess.run(cli + ["storage", "format", "--cluster-id", cluster_id, "--metadata-version", metadata_version,
@@ -231,7 +231,7 @@ def work_dir(parent: str | None, prefix: str) -> Path:
 
 
 # --------------------------------------------------------------------------
-# a Raft quorum of real controller processes (server/local_cluster.py)
+# a Raft quorum of real controller processes (cli/local_cluster.py)
 # --------------------------------------------------------------------------
 
 NOT_CONTROLLER = 41
@@ -321,11 +321,11 @@ def describe_quorum(conn: Conn):
 
 
 class Quorum:
-    """`count` voters of one cluster as real processes (server/local_cluster.py); restartable by id."""
+    """`count` voters of one cluster as real processes (cli/local_cluster.py); restartable by id."""
 
     def __init__(self, work: Path, count: int, metadata_version: str, overrides: dict[str, str] | None = None,
                  cluster_id: str | None = None, profile_dir: Path | None = None) -> None:
-        from server import local_cluster as lc
+        from cli import local_cluster as lc
 
         self._lc = lc
         # cProfile each controller into profile_dir/controller-<id>-<start>.prof (written on SIGTERM).
@@ -348,7 +348,7 @@ class Quorum:
         self._starts += 1
         output = self.profile_dir / f"controller-{node_id}-{self._starts}.prof"
         plain = self._lc.CLI
-        self._lc.CLI = [PYTHON, "-m", "cProfile", "-o", str(output), "-m", "server.cli"]
+        self._lc.CLI = [PYTHON, "-m", "cProfile", "-o", str(output), "-m", "cli.main"]
         try:
             self.processes[node_id] = self._lc.start_controller(self.specs[node_id])
         finally:

@@ -1,7 +1,7 @@
 """Brokers against a 3-voter quorum: renegotiation fan-out and a registration storm.
 
 Two measurements, each against freshly formatted voters on 127.0.0.1
-(server/local_cluster.py: real `kraftwerk controller` processes, fsync on),
+(cli/local_cluster.py: real `kraftwerk controller` processes, fsync on),
 each printing its command line and markdown tables:
 
   fanout  For each N in --brokers: a fresh quorum at metadata.version
@@ -110,7 +110,7 @@ def code_name(code) -> str:
 async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: float) -> dict:
     """N brokers in this trio run; returns {'start_s', 'steps': [...], 'note'}."""
     from server.broker.lifecycle import BrokerState
-    from server.broker.node import BrokerNode
+    from server.nodes.broker import BrokerNode
     from server.client import KafkaClient
     from server.config import Listener, ServerConfig, VoterAddress
     from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (fan, sto):
         p.add_argument("--dir", default=None, help="parent of the temporary work directory (the disk measured)")
     args = parser.parse_args(argv)
-    os.chdir(common.REPO)  # local_cluster runs `python -m server.cli` from the current directory
+    os.chdir(common.REPO)  # local_cluster runs `python -m cli.main` from the current directory
     from server.observability import configure_logging
     configure_logging("warning")
     return {"fanout": run_fanout, "storm": run_storm}[args.measure](args)

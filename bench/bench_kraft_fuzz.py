@@ -8,7 +8,7 @@ Two measurements, one command line, each printing what it did:
          (decode, validate.check_request, core.handle_request, Ready/advance with
          every outbound body encoded), with the harness's invariants checked after
          every input. Reports inputs/s (generation included, and generation alone).
-  live   three real `kraftwerk controller` processes (server/local_cluster.py, fsync
+  live   three real `kraftwerk controller` processes (cli/local_cluster.py, fsync
          on). Once they have a leader and a first commit, `--frames` fuzzed request
          frames (Kafka request header, structure-aware bodies aimed at each node with
          the real cluster id and voter ids, mutated bodies, mutated headers, lying
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-core", action="store_true")
     parser.add_argument("--skip-live", action="store_true")
     args = parser.parse_args(argv)
-    os.chdir(common.REPO)  # local_cluster runs `python -m server.cli` from the current directory
+    os.chdir(common.REPO)  # local_cluster runs `python -m cli.main` from the current directory
     print(f"command: {common.command_line()}")
     print(f"uptime: {os.popen('uptime').read().strip()}")
     ok = True

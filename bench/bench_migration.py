@@ -1,7 +1,7 @@
 """ZooKeeper -> KRaft migration (issue 6, KIP-866): copy time and controller downtime
 against metadata size, and the dual-write (write-behind) lag under a steady write rate.
 
-Everything is real processes on 127.0.0.1 (server/migration_story.py): Debian's
+Everything is real processes on 127.0.0.1 (cli/migration_story.py): Debian's
 ZooKeeper 3.8 (forceSync on by default here: `--no-zk-fsync` turns it off), three
 ZooKeeper-mode broker agents, and a 3-voter KRaft quorum (fsync on) started with
 `kafka.metadata.migration.enable=true`.
@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import _common as common  # noqa: E402
-from server.migration_story import MigrationCluster  # noqa: E402
+from cli.migration_story import MigrationCluster  # noqa: E402
 from server.storage.meta_properties import random_uuid_string  # noqa: E402
 from server.zk.process import ZooKeeperSettings, four_letter_word, zookeeper_missing  # noqa: E402
 from server.zk.seed import SeedSpec, read_zookeeper  # noqa: E402

@@ -1,7 +1,7 @@
 """KIP-268 version probing: rebalances and wall time to upgrade a 100-member
 Streams group by rolling bounce, against the theoretical minimum.
 
-Runs the in-process group rebalance runner (server/streams/runner.py) on
+Runs the in-process group rebalance runner (streams/runner.py) on
 trio's MockClock (autojump): rebalance and session timeouts and the seeded
 join delays advance virtual time only, so "wall s" is the CPU cost of the
 simulation (codecs, assignor, trio scheduling) and "virtual s" is the group
@@ -31,7 +31,7 @@ import trio  # noqa: E402
 import trio.testing  # noqa: E402
 
 from bench._common import command_line, markdown_table  # noqa: E402
-from server.streams.matrix import (  # noqa: E402
+from streams.matrix import (  # noqa: E402
     LEADER_FIRST,
     LEADER_LAST,
     LEADER_RANDOM,

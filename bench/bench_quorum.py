@@ -1,7 +1,7 @@
 """A 3-voter Raft quorum of real processes: commit latency, throughput, failover.
 
 Three measurements, each against freshly formatted voters on 127.0.0.1
-(server/local_cluster.py: real `kraftwerk controller` processes, fsync on),
+(cli/local_cluster.py: real `kraftwerk controller` processes, fsync on),
 each printing its command line and a markdown table:
 
   latency     UpdateFeatures v1 sent straight to the leader, one at a time,
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in (lat, thr, fail):
         p.add_argument("--dir", default=None, help="parent of the temporary work directory (the disk measured)")
     args = parser.parse_args(argv)
-    os.chdir(common.REPO)  # local_cluster runs `python -m server.cli` from the current directory
+    os.chdir(common.REPO)  # local_cluster runs `python -m cli.main` from the current directory
     from server.observability import configure_logging
     configure_logging("warning")
     return {"latency": run_latency, "throughput": run_throughput, "failover": run_failover}[args.measure](args)

@@ -227,13 +227,13 @@ def secure_controller(work: Path, keystore: Path, truststore: Path, metadata_ver
         f"sasl.enabled.mechanisms={SCRAM_MECHANISM}",
         "",
     ]))
-    cli = [common.PYTHON, "-m", "server.cli"]
+    cli = [common.PYTHON, "-m", "cli.main"]
     subprocess.run(cli + ["storage", "format", "--cluster-id", common.random_cluster_id(),
                           "--metadata-version", metadata_version, "--log-dir", str(log_dir),
                           "--add-scram", f"{SCRAM_MECHANISM}=[name={SCRAM_USER},password={SCRAM_PASSWORD}]"],
                    cwd=common.REPO, check=True, capture_output=True, timeout=60)
     if profile is not None:  # cProfile writes it when the controller exits on SIGTERM
-        cli = [common.PYTHON, "-m", "cProfile", "-o", str(profile), "-m", "server.cli"]
+        cli = [common.PYTHON, "-m", "cProfile", "-o", str(profile), "-m", "cli.main"]
     with open(log_path, "ab") as log_file:
         process = subprocess.Popen(cli + ["controller", "--config", str(config_path), "--port-file", str(port_file)],
                                    cwd=common.REPO, stdout=log_file, stderr=log_file)

@@ -34,7 +34,7 @@ from server.observability import Event, get_logger
 from server.security.model import KafkaPrincipal
 
 if TYPE_CHECKING:
-    from server.node import ControllerNode
+    from server.nodes.controller import ControllerNode
 
 log = get_logger("net")
 

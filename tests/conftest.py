@@ -109,11 +109,11 @@ async def _controller_and_broker(tmp_path, extra_bootstrap=(), **extra: str):
     import trio
 
     from server.broker.lifecycle import BrokerState
-    from server.broker.node import BrokerNode
+    from server.nodes.broker import BrokerNode
     from server.config import Listener, ServerConfig, VoterAddress
     from server.controller.commands import bootstrap_records
-    from server.local_cluster import free_port_run
-    from server.node import ControllerNode, write_bootstrap_checkpoint
+    from cli.local_cluster import free_port_run
+    from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
     from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
     mv_3_7_iv4 = 19

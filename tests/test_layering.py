@@ -53,5 +53,5 @@ def test_sans_io_cores_import_no_io(relative):
 def test_the_checker_sees_imports(tmp_path):
     # Guards the test itself: a module that imports trio must be caught.
     sample = tmp_path / "sample.py"
-    sample.write_text("import trio\nfrom server.node import ControllerNode\n")
+    sample.write_text("import trio\nfrom server.nodes.controller import ControllerNode\n")
     assert top_level(imported_modules(sample)) == {"trio", "server"}

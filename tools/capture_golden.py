@@ -309,7 +309,7 @@ def run(command: list[str], timeout_s: float = 10.0) -> str:
 
 
 def start_controller(work: Path, proxy_port: int) -> tuple[subprocess.Popen, int, str]:
-    cli = [sys.executable, "-m", "server.cli"]
+    cli = [sys.executable, "-m", "cli.main"]
     log_dir = work / "metadata"
     port_file = work / "port"
     cluster_id = run(cli + ["storage", "random-uuid"])

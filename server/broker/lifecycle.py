@@ -39,7 +39,7 @@ from server.net.peer import BackoffPolicy, PeerUnavailable
 from server.observability import Event, get_logger
 
 if TYPE_CHECKING:
-    from server.broker.node import BrokerNode
+    from server.nodes.broker import BrokerNode
 
 log = get_logger("broker")
 

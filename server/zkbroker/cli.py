@@ -99,7 +99,7 @@ def build_config(args):
 def run(args) -> int:
     from server.observability import configure_logging
     from server.zk.client import ZkConnectionError
-    from server.zkbroker.node import ZkBrokerFatalError, ZkBrokerNode
+    from server.nodes.zkbroker import ZkBrokerFatalError, ZkBrokerNode
 
     try:
         config = build_config(args)

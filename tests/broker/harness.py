@@ -15,12 +15,12 @@ from pathlib import Path
 
 import trio
 
-from server.broker.node import BrokerNode
+from server.nodes.broker import BrokerNode
 from server.client import KafkaClient
 from server.config import Listener, ServerConfig, VoterAddress
 from server.controller.commands import bootstrap_records
-from server.local_cluster import free_port_run
-from server.node import ControllerNode, write_bootstrap_checkpoint
+from cli.local_cluster import free_port_run
+from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 UPDATE_FEATURES = 57

@@ -1,7 +1,7 @@
 """Helpers that run real kraftwerk controller processes on 127.0.0.1.
 
 Owns: formatting a fresh metadata directory, starting
-`python -m server.cli controller` as a subprocess on an ephemeral port,
+`python -m cli.main controller` as a subprocess on an ephemeral port,
 reading its JSON log lines (stderr goes to a file), and stopping it.
 
 Rules kept here:
@@ -49,8 +49,8 @@ def cli_env() -> dict[str, str]:
 
 
 def run_cli(*argv: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Runs `kraftwerk ARGV` (as `python -m server.cli`) and returns the finished process."""
-    return subprocess.run([sys.executable, "-m", "server.cli", *argv], capture_output=True, text=True,
+    """Runs `kraftwerk ARGV` (as `python -m cli.main`) and returns the finished process."""
+    return subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True,
                           timeout=timeout_s, cwd=REPO, env=cli_env())
 
 
@@ -64,7 +64,7 @@ def format_directory(log_dir: Path, metadata_version: str = DEFAULT_METADATA_VER
                      cluster_id: str | None = None) -> str:
     """`kraftwerk storage format`, run in this process to save an interpreter start per
     test (the command itself is tested as a subprocess in test_cli.py)."""
-    from server.cli import main
+    from cli.main import main
 
     cluster_id = cluster_id or new_cluster_id()
     out = io.StringIO()
@@ -155,7 +155,7 @@ def start_controller(log_dir: Path, cluster_id: str, overrides: tuple[str, ...] 
     port_file.unlink(missing_ok=True)
     log_path = log_dir.parent / log_name
     handle = open(log_path, "ab")
-    argv = [sys.executable, "-m", "server.cli", "controller", "--log-dir", str(log_dir),
+    argv = [sys.executable, "-m", "cli.main", "controller", "--log-dir", str(log_dir),
             "--listener", "127.0.0.1:0", "--port-file", str(port_file)]
     for item in overrides:
         argv += ["--override", item]

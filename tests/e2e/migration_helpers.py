@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from server.client import ClientError, KafkaClient
-from server.migration_story import MigrationCluster
+from cli.migration_story import MigrationCluster
 
 RETENTION = "retention.ms"
 # A write may wait up to 5 s for ZooKeeper to catch up (then REQUEST_TIMED_OUT); a node

@@ -1,7 +1,7 @@
 """A local quorum of real controller processes on 127.0.0.1, for tests/e2e/test_quorum.py.
 
 Owns: `LocalQuorum` (format, start, kill -9, SIGSTOP/SIGCONT, restart and stop
-the controllers of one test, on top of `server.local_cluster`), blocking
+the controllers of one test, on top of `cli.local_cluster`), blocking
 one-request-per-connection calls to a controller (ApiVersions, DescribeQuorum,
 UpdateFeatures), reading a node's structured log events, and reading a
 stopped node's metadata log.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from server import local_cluster as lc
+from cli import local_cluster as lc
 
 from .helpers import encode_request, read_response
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.migration_story import metrics_port_from_log
+from cli.migration_story import metrics_port_from_log
 from server.raft.messages import WIRE_VERSIONS, ApiKey
 
 from .helpers import encode_request, read_response

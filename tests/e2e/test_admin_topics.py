@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
-from server.upgrade_story import LocalCluster
+from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient, UpdateFeatureType
 
-from server.upgrade_story import LocalCluster
+from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +77,7 @@ def test_kcat_lists_the_brokers(cluster):
 
 
 def test_our_cli_through_a_broker(cluster):
-    from server.local_cluster import run_cli
+    from cli.local_cluster import run_cli
 
     described = run_cli("features", "describe", "--bootstrap-server", cluster.address(102))
     assert described.returncode == 0, described.stderr

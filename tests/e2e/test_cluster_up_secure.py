@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import build_parser
-from server.local_cluster import CLI, free_port_run, run_cli
+from cli.main import build_parser
+from cli.local_cluster import CLI, free_port_run, run_cli
 
 pytestmark = pytest.mark.e2e
 

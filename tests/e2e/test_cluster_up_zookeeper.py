@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import build_parser
-from server.local_cluster import free_port_run, run_cli
+from cli.main import build_parser
+from cli.local_cluster import free_port_run, run_cli
 from server.zk.process import port_is_free, zookeeper_missing
 
 pytestmark = pytest.mark.e2e
 
 UP_TIMEOUT_S = 240
-CLI = [sys.executable, "-m", "server.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 
 
 @pytest.fixture(autouse=True)

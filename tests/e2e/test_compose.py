@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import build_parser
+from cli.main import build_parser
 from server.config import load_config
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from server.local_cluster import free_port_run, run_cli
+from cli.local_cluster import free_port_run, run_cli
 
 pytestmark = pytest.mark.e2e
 

@@ -25,7 +25,7 @@ import trio
 from fuzz.budget import scaled
 from fuzz.kraft_inputs import Aim
 from fuzz.kraft_live import LiveTarget, blast
-from server import local_cluster as lc
+from cli import local_cluster as lc
 from server.storage.meta_properties import MetaProperties, parse_properties
 
 from .quorum_helpers import SAFE_DOWNGRADE, UPGRADE, LocalQuorum, finalized, poll_until

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.controller.features import metadata_version_from_name
-from server.migration_story import MigrationCluster
+from cli.migration_story import MigrationCluster
 from server.storage.meta_properties import random_uuid_string
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec

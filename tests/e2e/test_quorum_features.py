@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from server import local_cluster as lc
+from cli import local_cluster as lc
 from server.storage.meta_properties import random_uuid_string
 
 from .test_demo import free_ports

@@ -38,7 +38,7 @@ from kafka.admin import (  # noqa: E402
     ResourceType,
 )
 
-from server.local_cluster import (  # noqa: E402
+from cli.local_cluster import (  # noqa: E402
     CLI,
     ControllerSpec,
     broker_spec,

@@ -21,7 +21,7 @@ import trio
 from protocol.errors import ErrorCode
 from protocol.record_batch import decode_batch
 from server.client import KafkaClient
-from server.node import METADATA_LOG_DIR_NAME
+from server.nodes.controller import METADATA_LOG_DIR_NAME
 from server.raft.validate import MAX_EPOCH
 
 from .helpers import REPO, cli_env
@@ -55,14 +55,14 @@ async def registered_brokers(controller) -> list[int]:
 
 
 def start_expecting_refusal(log_dir) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "server.cli", "controller", "--log-dir", str(log_dir), "--listener",
+    argv = [sys.executable, "-m", "cli.main", "controller", "--log-dir", str(log_dir), "--listener",
             "127.0.0.1:0", "--port-file", str(log_dir.parent / "refused.port")]
     return subprocess.run(argv, capture_output=True, text=True, timeout=START_TIMEOUT_S, cwd=REPO, env=cli_env())
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
     """`kraftwerk ARGV` with no terminal on stdin (so nothing can prompt)."""
-    return subprocess.run([sys.executable, "-m", "server.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True,
                           timeout=START_TIMEOUT_S, cwd=REPO, env=cli_env(), stdin=subprocess.DEVNULL)
 
 

@@ -9,7 +9,7 @@ import pytest
 from kafka.admin import KafkaAdminClient
 
 from server.controller.features import metadata_version_from_name
-from server.upgrade_story import StoryError, UpgradeStory, log_events
+from cli.upgrade_story import StoryError, UpgradeStory, log_events
 
 pytestmark = pytest.mark.e2e
 

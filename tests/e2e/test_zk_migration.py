@@ -12,7 +12,7 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 
 from protocol.errors import ErrorCode
-from server.migration_story import MigrationCluster
+from cli.migration_story import MigrationCluster
 from server.storage.meta_properties import random_uuid_string
 from server.zk import paths as zp
 from server.zk.process import zookeeper_missing

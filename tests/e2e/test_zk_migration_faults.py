@@ -18,7 +18,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from server.client import KafkaClient
-from server.migration_story import MigrationCluster
+from cli.migration_story import MigrationCluster
 from server.storage.meta_properties import random_uuid_string
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
@@ -198,7 +198,7 @@ def test_rollback_then_a_second_migration(cluster, moved_brokers):
         cluster.start_zk_broker(broker_id)
     for spec in cluster.controllers:
         cluster.stop(spec.node_id)
-    from server.cli import rollback_zookeeper
+    from cli.main import rollback_zookeeper
 
     epoch_before = cluster.zookeeper_image().controller_epoch
     lines = rollback_zookeeper(cluster.zk_hosts)

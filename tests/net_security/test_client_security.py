@@ -177,14 +177,14 @@ async def test_the_cli_reads_command_config_for_tls_and_sasl(tmp_path):
             node = await start_node(nursery, tmp_path, **sasl_ssl_changes(pki))
             address = f"127.0.0.1:{node.bound_ports['SECURE']}"
             result = await trio.run_process(
-                [sys.executable, "-m", "server.cli", "features", "describe", "--bootstrap-controller", address,
+                [sys.executable, "-m", "cli.main", "features", "describe", "--bootstrap-controller", address,
                  "--command-config", str(properties), "--timeout-s", "20"],
                 cwd=REPO, capture_stdout=True, capture_stderr=True, check=False)
             assert result.returncode == 0, result.stderr.decode()
             assert "metadata.version" in result.stdout.decode()
             # Without the properties the SASL_SSL listener gives plaintext nothing.
             result = await trio.run_process(
-                [sys.executable, "-m", "server.cli", "features", "describe", "--bootstrap-controller", address,
+                [sys.executable, "-m", "cli.main", "features", "describe", "--bootstrap-controller", address,
                  "--timeout-s", "3"], cwd=REPO, capture_stdout=True, capture_stderr=True, check=False)
             assert result.returncode != 0
             nursery.cancel_scope.cancel()
@@ -201,7 +201,7 @@ async def test_a_lone_controller_on_a_sasl_listener_needs_no_client_credentials(
                                      "sasl.enabled.mechanisms": "PLAIN",
                                      "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
                                                          'required user_admin="admin-pw";'})
-    from server.node import ControllerNode
+    from server.nodes.controller import ControllerNode
 
     node = ControllerNode(config)
     with trio.fail_after(TIMEOUT_S):
@@ -215,7 +215,7 @@ async def test_a_lone_controller_on_a_sasl_listener_needs_no_client_credentials(
 
 
 def test_a_quorum_member_without_credentials_for_its_sasl_controller_listener_fails_to_start(tmp_path):
-    from server.node import ControllerNode, StartupError
+    from server.nodes.controller import ControllerNode, StartupError
 
     from .helpers import format_directory
 

@@ -34,9 +34,9 @@ from protocol.registry import API_MESSAGES
 from server.authorization import AclOperation
 from server.client import KafkaClient
 from server.config import Listener, config_from_properties
-from server.local_cluster import free_port_run
+from cli.local_cluster import free_port_run
 from server.net.connect import open_client_stream
-from server.node import ControllerNode
+from server.nodes.controller import ControllerNode
 from server.raft import messages as m
 from server.security.client_config import ClientSecurity
 from server.security.model import AclPermissionType, PatternType, ResourceType

@@ -8,7 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from server.config import config_from_properties
-from server.node import ControllerNode
+from server.nodes.controller import ControllerNode
 from server.security.exposure import (
     PLAINTEXT_CONTROLLER_LISTENER,
     UNAUTHENTICATED_CONTROLLER_LISTENER,

@@ -10,8 +10,8 @@ from structlog.testing import capture_logs
 
 from server.client import KafkaClient
 from server.config import config_from_properties
-from server.local_cluster import free_port_run
-from server.node import ControllerNode
+from cli.local_cluster import free_port_run
+from server.nodes.controller import ControllerNode
 from server.security.client_config import ClientSecurity
 from server.storage.meta_properties import random_uuid_string
 

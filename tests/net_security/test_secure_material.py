@@ -1,4 +1,4 @@
-"""What `cluster up --secure` generates (server/local_cluster.py): the openssl-made CA
+"""What `cluster up --secure` generates (cli/local_cluster.py): the openssl-made CA
 and node certificate work for TLS on 127.0.0.1 and localhost, the secrets are private
 files, --keep reuses them, and the node settings make valid configs whose SASL and
 authorizer parts fit together. No process is started here."""
@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from server.config import config_from_properties
-from server.local_cluster import (
+from cli.local_cluster import (
     LocalClusterError,
     SecureLocalCluster,
     secure_material,

@@ -14,7 +14,7 @@ from protocol.apis import broker_heartbeat, broker_registration
 from protocol.records import decode_metadata_record, encode_metadata_record
 from server.controller import commands as cmd
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
-from server.node import METADATA_LOG_DIR_NAME
+from server.nodes.controller import METADATA_LOG_DIR_NAME
 from server.releases import RELEASES
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import parse_uuid_string, read_meta_properties

@@ -9,8 +9,8 @@ import pytest
 from pipeline.fake_fleet import FleetSpec, write_fleet
 from pipeline.jobs import run
 from server.controller.features import metadata_version_from_level
-from server.local_cluster import run_cli
-from server.upgrade_story import LocalCluster
+from cli.local_cluster import run_cli
+from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 

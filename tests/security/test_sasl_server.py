@@ -21,7 +21,7 @@ from server.controller.commands import bootstrap_records
 from server.controller.scram_commands import bootstrap_scram_records
 from server.dispatch import Dispatcher
 from server.net.listener import Connection, serve_connection
-from server.node import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
 from server.security.model import ANONYMOUS, KafkaPrincipal
 from server.security.sasl import new_sasl_session
 from server.security.sasl_client import SaslClientError, authenticate

@@ -219,12 +219,12 @@ def test_storage_format_writes_add_scram_credentials_into_the_bootstrap_records(
     import sys
     from pathlib import Path
 
-    from server.node import read_bootstrap_checkpoint
+    from server.nodes.controller import read_bootstrap_checkpoint
 
     root = Path(__file__).resolve().parents[2]
 
     def kraftwerk(*argv):
-        return subprocess.run([sys.executable, "-m", "server.cli", *argv], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True,
                               cwd=root, timeout=60)
 
     directory = tmp_path / "metadata"

@@ -13,12 +13,12 @@ from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.broker.lifecycle import BrokerState
-from server.broker.node import BrokerNode
+from server.nodes.broker import BrokerNode
 from server.config import Listener, ServerConfig, VoterAddress
 from server.controller.commands import bootstrap_records
-from server.local_cluster import free_port_run
+from cli.local_cluster import free_port_run
 from server.metrics_http import MAX_REQUEST_HEAD_BYTES, answer, complete_head, serve_metrics
-from server.node import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 from node_harness import MV_3_7_IV4, running_node
@@ -270,7 +270,7 @@ async def test_a_zookeeper_broker_reports_zookeeper_then_dual_then_zookeeper_aga
     ZooKeeper controller takes over (a rollback)."""
     from server.client import KafkaClient
     from server.zk.seed import SeedSpec, seed_zookeeper
-    from server.zkbroker.node import MetadataType, ZkBrokerNode
+    from server.nodes.zkbroker import MetadataType, ZkBrokerNode
 
     seed_zookeeper(zk_hosts, SeedSpec(cluster_id=random_uuid_string(), broker_ids=(1, 2), topics=1,
                                       partitions_per_topic=1, replication_factor=1,

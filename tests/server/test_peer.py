@@ -10,7 +10,7 @@ import trio
 
 from node_harness import format_directory, node_config
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
-from server.node import ControllerNode
+from server.nodes.controller import ControllerNode
 
 QUORUM_BODY = {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]}
 

@@ -16,7 +16,7 @@ from protocol.errors import ErrorCode
 from server.client import KafkaClient
 from server.config import Listener, ServerConfig
 from server.controller.state import RESOURCE_BROKER, RESOURCE_TOPIC
-from server.node import ControllerNode
+from server.nodes.controller import ControllerNode
 
 from node_harness import running_node
 

@@ -9,7 +9,7 @@ import pytest
 from protocol.streams import assignment_info as ai
 from protocol.streams import subscription_info as si
 from protocol.streams import AssignmentInfo, TaskId
-from server.streams.assignor import (
+from streams.assignor import (
     MemberConfig,
     assign,
     build_subscription,

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from server.streams import cli
+from streams import cli
 
 
 def parse(argv):

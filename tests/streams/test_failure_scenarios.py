@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from server.streams.assignor import MemberConfig
-from server.streams.runner import CRASH_AT_JOIN, CRASH_AT_SYNC, RunnerConfig, open_group_runner
+from streams.assignor import MemberConfig
+from streams.runner import CRASH_AT_JOIN, CRASH_AT_SYNC, RunnerConfig, open_group_runner
 
 OLD, NEW = MemberConfig("2.0"), MemberConfig("post-2.0")
 IDS = ["a", "b", "c", "d", "e"]

@@ -8,8 +8,8 @@ import zlib
 
 import pytest
 
-from server.streams.assignor import RELEASE_METADATA_VERSION, MemberConfig
-from server.streams.matrix import (
+from streams.assignor import RELEASE_METADATA_VERSION, MemberConfig
+from streams.matrix import (
     LEADER_FIRST,
     LEADER_LAST,
     LEADER_RANDOM,

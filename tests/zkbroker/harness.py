@@ -10,7 +10,7 @@ import trio
 from server.client import KafkaClient
 from server.config import Listener, ServerConfig
 from server.zk.seed import SeedSpec, seed_zookeeper
-from server.zkbroker.node import ZkBrokerNode
+from server.nodes.zkbroker import ZkBrokerNode
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 WAIT_S = 20

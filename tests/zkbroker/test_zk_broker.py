@@ -13,7 +13,7 @@ from protocol.errors import ErrorCode
 from server.zk import paths
 from server.zk.client import connect
 from server.zk.paths import FeaturesZnode, FeatureZnodeStatus, FinalizedFeature
-from server.zkbroker.node import MetadataType, ZkBrokerFatalError, ZkBrokerNode
+from server.nodes.zkbroker import MetadataType, ZkBrokerFatalError, ZkBrokerNode
 from .harness import CLUSTER_ID, WAIT_S, broker_config, client_for, running_broker, seed
 
 UPDATE_METADATA = 6

@@ -90,7 +90,7 @@ def cmd_broker(args) -> int:
         return run_zk_broker(args)
 
     from server.broker.lifecycle import BrokerFatalError
-    from server.broker.node import BrokerNode
+    from server.nodes.broker import BrokerNode
     config = _load_config(args)
     if not config.is_broker:
         config = replace(config, process_roles=("broker",))
@@ -106,7 +106,7 @@ def cmd_broker(args) -> int:
 def _open_node(node_class, config):
     """A controller or broker node with its storage opened (start-up errors become
     operator messages)."""
-    from server.node import StartupError
+    from server.nodes.controller import StartupError
     from server.observability import configure_logging
 
     configure_logging(config.log_level)
@@ -165,7 +165,7 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
 
 
 def cmd_controller(args) -> int:
-    from server.node import ControllerNode
+    from server.nodes.controller import ControllerNode
 
     node = _open_node(ControllerNode, _load_config(args))
 
@@ -225,7 +225,7 @@ def _parse_feature_levels(items: list[str] | None) -> dict[str, int]:
 def cmd_storage_format(args) -> int:
     from server.controller.commands import bootstrap_records
     from server.controller.features import LATEST_PRODUCTION
-    from server.node import write_bootstrap_checkpoint
+    from server.nodes.controller import write_bootstrap_checkpoint
     from server.observability import Event, configure_logging, get_logger
     from server.storage.meta_properties import MetaProperties, parse_uuid_string, random_uuid_string, \
         read_meta_properties, write_meta_properties
@@ -285,7 +285,7 @@ def _confirmed(prompt: str) -> bool:
 
 def cmd_storage_recover(args) -> int:
     """Truncates a metadata log that start-up refuses to its last good batch."""
-    from server.node import METADATA_LOG_DIR_NAME
+    from server.nodes.controller import METADATA_LOG_DIR_NAME
     from server.observability import configure_logging
     from server.storage.log import RECOVER_HINT, CorruptLogError, LogConfig, MetadataLog
 
@@ -675,7 +675,7 @@ def rollback_zookeeper(hosts: str) -> list[str]:
 
 
 def cmd_probe_matrix(args) -> int:
-    from server.streams.cli import run
+    from streams.cli import run
 
     return run(args)
 
@@ -720,8 +720,8 @@ def _interrupt_on_sigterm(signum, frame) -> None:
 
 
 def cmd_cluster_up(args) -> int:
-    from server.local_cluster import LocalClusterError
-    from server.upgrade_story import LocalCluster, StoryError
+    from cli.local_cluster import LocalClusterError
+    from cli.upgrade_story import LocalCluster, StoryError
 
     if args.zookeeper:
         if args.secure:
@@ -740,7 +740,7 @@ def cmd_cluster_up(args) -> int:
 
         shutil.rmtree(work)
     if args.secure:
-        from server.local_cluster import SecureLocalCluster
+        from cli.local_cluster import SecureLocalCluster
 
         try:
             cluster = SecureLocalCluster(work, args.controllers, args.brokers, args.base_port,
@@ -786,7 +786,7 @@ def cmd_cluster_up(args) -> int:
 
 def _print_secure_access(cluster, first: str) -> None:
     """How an operator reaches a `cluster up --secure` cluster (no secret is printed)."""
-    from server.local_cluster import BROKER_USER, CONTROLLER_USER, NODE_MECHANISM, OPERATOR_MECHANISM, \
+    from cli.local_cluster import BROKER_USER, CONTROLLER_USER, NODE_MECHANISM, OPERATOR_MECHANISM, \
         OPERATOR_USER
 
     material = cluster.material
@@ -811,8 +811,8 @@ def _cluster_up_zookeeper(args) -> int:
     KRaft (KIP-866) switched on, left at MigrationActive for the operator to continue."""
     import shlex
 
-    from server.local_cluster import LocalClusterError
-    from server.migration_story import MigrationCluster, MigrationStoryError
+    from cli.local_cluster import LocalClusterError
+    from cli.migration_story import MigrationCluster, MigrationStoryError
     from server.storage.meta_properties import random_uuid_string
     from server.zk.process import ZooKeeperStartError, zookeeper_missing
     from server.zk.seed import SeedSpec
@@ -926,8 +926,8 @@ def _cluster_up_zookeeper(args) -> int:
 
 def cmd_demo_upgrade(args) -> int:
     """`kraftwerk cluster demo-upgrade`: the KIP-778 story on 3 controllers and 3 brokers."""
-    from server.local_cluster import LocalClusterError
-    from server.upgrade_story import StoryError, UpgradeStory
+    from cli.local_cluster import LocalClusterError
+    from cli.upgrade_story import StoryError, UpgradeStory
 
     story = UpgradeStory(Path(args.dir).resolve(), say=lambda text: print(text, flush=True),
                          base_port=args.base_port, broker_base_port=args.broker_base_port)
@@ -948,7 +948,7 @@ def cmd_demo(args) -> int:
     """A local 3-controller quorum and a short upgrade story, as an operator would run it."""
     import shutil
 
-    from server import local_cluster as lc
+    from cli import local_cluster as lc
     from server.storage.meta_properties import random_uuid_string
 
     work = Path(args.dir).resolve()
@@ -1152,7 +1152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe-matrix", help="KIP-268's upgrade matrix for Kafka Streams' rebalance metadata, "
                                                 "each cell measured by the in-process group runner")
-    from server.streams.cli import add_arguments as add_probe_arguments
+    from streams.cli import add_arguments as add_probe_arguments
     add_probe_arguments(probe)
     probe.set_defaults(func=cmd_probe_matrix)
 

@@ -39,7 +39,7 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 PORT_FILE_POLL_S = 0.02  # polling a child process's port file: there is no event to wait on
 
-CLI = [sys.executable, "-m", "server.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 
 
 class LocalClusterError(Exception):
@@ -447,7 +447,7 @@ class SecureLocalCluster:
     """Controllers (ids 1..) and brokers (ids 101..) on 127.0.0.1 whose every listener is
     SASL_SSL, with the StandardAuthorizer and the nodes and the operator as super users
     (what `kraftwerk cluster up --secure` runs; docs/security.md). The same interface as
-    server/upgrade_story.py's LocalCluster where `cluster up` uses it; its probes log
+    cli/upgrade_story.py's LocalCluster where `cluster up` uses it; its probes log
     in as the operator."""
 
     def __init__(self, work: Path, controllers: int, brokers: int, controller_base_port: int | None = None,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import trio
 import trio.testing
 
-from server.streams.assignor import RELEASE_METADATA_VERSION, RELEASES, MemberConfig
-from server.streams.runner import RunnerConfig, open_group_runner
+from streams.assignor import RELEASE_METADATA_VERSION, RELEASES, MemberConfig
+from streams.runner import RunnerConfig, open_group_runner
 
 FROM_RELEASES: tuple[str, ...] = RELEASES[:-1]          # 0.10.0 ... 2.0
 TO_RELEASES: tuple[str, ...] = RELEASES[1:]             # 0.10.1 ... post-2.0

@@ -48,7 +48,7 @@ from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.security.exposure import warn_exposed_listeners
-from server.serving import Endpoint, ServingNode
+from server.nodes.serving import Endpoint, ServingNode
 from server.storage.durable import write_file_atomically
 from server.storage.log import FileOps, LogConfig, MetadataLog
 from server.storage.meta_properties import read_meta_properties

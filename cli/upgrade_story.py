@@ -34,7 +34,7 @@ from typing import Callable
 import trio
 
 from protocol.frames import decode_response, encode_request
-from server import local_cluster as lc
+from cli import local_cluster as lc
 from server.client import ClientError, KafkaClient
 from server.controller.features import metadata_version_from_level
 from server.storage.meta_properties import random_uuid_string

@@ -47,7 +47,7 @@ from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_listener
 from server.observability import Metrics, get_logger
 from server.releases import supported_features as release_supported_features
-from server.serving import Endpoint
+from server.nodes.serving import Endpoint
 from server.storage.meta_properties import random_uuid_string
 from server.zk import paths
 from server.zk.client import (

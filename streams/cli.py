@@ -1,7 +1,7 @@
 """`kraftwerk probe-matrix`: KIP-268's upgrade matrix, measured.
 
 Owns: the subcommand's arguments and its output (the table, then one line per
-cell with the measured numbers). The lead wires it into `server/cli.py`:
+cell with the measured numbers). The lead wires it into `cli/main.py`:
 
     probe = sub.add_parser("probe-matrix", help="...")
     streams_cli.add_arguments(probe)
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from server.streams.matrix import (
+from streams.matrix import (
     LEADER_FIRST,
     LEADER_LAST,
     LEADER_RANDOM,

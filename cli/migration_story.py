@@ -21,7 +21,7 @@ from typing import Callable
 
 import trio
 
-from server import local_cluster as lc
+from cli import local_cluster as lc
 from server.client import ClientError, KafkaClient
 from server.storage.meta_properties import random_uuid_string
 from server.zk.process import ZooKeeperProcess, ZooKeeperSettings
@@ -202,7 +202,7 @@ class MigrationCluster:
 
     def events(self, node_id: int, event: str) -> list[dict]:
         """The structured log lines `event` of one node's log."""
-        from server.upgrade_story import log_events
+        from cli.upgrade_story import log_events
 
         return log_events(self.spec(node_id).log_path, event)
 
@@ -304,7 +304,7 @@ class MigrationCluster:
     def wait_controllers_in_step(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every live controller has applied what the active one has (standbys serve
         Metadata from their own replay, which trails the leader's by a little)."""
-        from server.upgrade_story import node_view
+        from cli.upgrade_story import node_view
 
         def in_step() -> bool:
             view = self.migration()

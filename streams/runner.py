@@ -2,7 +2,7 @@
 
 Owns: the group coordinator's side of eager rebalances (join round with a
 deadline, leader election, the leader's assignment, sync round), one trio task
-per member running the pure member side of `server.streams.assignor`, and the
+per member running the pure member side of `streams.assignor`, and the
 fault injection the KIP-268 test plan asks for: rolling bounces, a member
 crashing mid-rebalance (at join or at sync), a member joining late.
 
@@ -34,7 +34,7 @@ import structlog
 import trio
 
 from protocol.streams import TaskId
-from server.streams.assignor import (
+from streams.assignor import (
     AssignmentOutcome,
     MemberConfig,
     MemberState,

@@ -51,7 +51,7 @@ from server.gating import GATES
 from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_node_listeners
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
-from server.node import METADATA_LOG_DIR_NAME, StartupError
+from server.nodes.controller import METADATA_LOG_DIR_NAME, StartupError
 from server.observability import Event, Metrics, get_logger
 from server.raft.core import RaftConfig
 from server.raft.driver import RaftDriver
@@ -61,7 +61,7 @@ from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.handlers import forwarded
 from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
-from server.serving import Endpoint, ServingNode
+from server.nodes.serving import Endpoint, ServingNode
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import parse_uuid_string, read_meta_properties
 
