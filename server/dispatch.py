@@ -31,10 +31,11 @@ from protocol.registry import api_name
 from server.apis import API_VERSIONS_KEY, ServedApi
 from server.net.listener import CloseConnection, Connection, PendingResponse
 from server.observability import Event, get_logger
-from server.security.model import KafkaPrincipal
+from server.api.context import RequestContext
 
 if TYPE_CHECKING:
     from server.nodes.controller import ControllerNode
+
 
 log = get_logger("net")
 
@@ -43,27 +44,6 @@ _SIZE = struct.Struct(">i")
 # What an unauthenticated connection on a SASL listener may send: ApiVersions,
 # SaslHandshake, SaslAuthenticate.
 PRE_AUTHENTICATION_APIS = frozenset((API_VERSIONS_KEY, 17, 36))
-
-
-class RequestContext:
-    """What a handler may know about the request it is answering."""
-
-    __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "connection", "node", "principal",
-                 "client_host", "forwarded_by")
-
-    def __init__(self, api_key, api_version, correlation_id, client_id, connection, node) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-        self.connection: Connection = connection
-        self.node: "ControllerNode" = node
-        # Whom the request is authorized as: the connection's principal, or, for a
-        # request a broker forwarded in an Envelope, the client's (issue 8).
-        self.principal: KafkaPrincipal = connection.principal
-        self.client_host: str = connection.host
-        # The forwarding broker's principal when the request came in an Envelope.
-        self.forwarded_by: KafkaPrincipal | None = None
 
 
 class Dispatcher:

@@ -37,7 +37,7 @@ def _error(code: int) -> dict:
 
 
 async def handle(ctx, request):
-    from server.dispatch import RequestContext
+    from server.api.context import RequestContext
 
     node = ctx.node
     try:
