@@ -163,8 +163,9 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(timeout=STOP_TIMEOUT_S)
 
 
-# Where `kraftwerk storage format` puts the metadata log inside a node's --log-dir
-# (server.nodes.controller.METADATA_LOG_DIR_NAME; not imported, so _common needs no server import).
+# Where `kraftwerk storage format` puts the metadata log inside a node's --log-dir. A copy of
+# server.storage.bootstrap.METADATA_LOG_DIR_NAME: the load generator runs this module with only
+# bench/ on sys.path, so it cannot import the server's packages.
 METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 
 

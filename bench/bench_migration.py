@@ -1,4 +1,4 @@
-"""ZooKeeper -> KRaft migration (issue 6, KIP-866): copy time and controller downtime
+"""ZooKeeper -> KRaft migration (KIP-866): copy time and controller downtime
 against metadata size, and the dual-write (write-behind) lag under a steady write rate.
 
 Everything is real processes on 127.0.0.1 (cli/migration_story.py): Debian's

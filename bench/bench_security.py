@@ -1,4 +1,4 @@
-"""ApiVersions over PLAINTEXT, SSL and SASL_SSL: what TLS and SASL cost (issue 8).
+"""ApiVersions over PLAINTEXT, SSL and SASL_SSL: what TLS and SASL cost.
 
 Starts ONE `kraftwerk controller` process on 127.0.0.1 with three listeners:
   CONTROLLER  PLAINTEXT

@@ -15,12 +15,62 @@ says why and what to do), 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import shlex
+import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import trio
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from cli import local_cluster as lc
+from cli.local_cluster import (
+    BROKER_USER,
+    CONTROLLER_USER,
+    NODE_MECHANISM,
+    OPERATOR_MECHANISM,
+    OPERATOR_USER,
+    LocalClusterError,
+    SecureLocalCluster,
+)
+from cli.migration_story import MigrationCluster, MigrationStoryError
+from cli.upgrade_story import LocalCluster, StoryError, UpgradeStory
+from cli.zk_broker import add_arguments as add_zk_broker_arguments
+from cli.zk_broker import run as run_zk_broker
+from pipeline.fake_fleet import fake_fleet_command
+from protocol.apis.describe_migration import API_KEY as DESCRIBE_MIGRATION_API_KEY
+from server.client import ClientError, KafkaClient
+from server.config import load_config, load_properties
+from server.controller.commands import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE, bootstrap_records
+from server.controller.features import (
+    LATEST_PRODUCTION,
+    find_metadata_version,
+    metadata_version_from_level,
+    metadata_version_from_name,
+)
+from server.controller.scram_commands import bootstrap_scram_records
+from server.observability import Event, configure_logging, get_logger
+from server.raft.quorum_state import QuorumStateError
+from server.releases import release
+from server.security.client_config import ClientSecurity, ClientSecurityError
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME, write_bootstrap_checkpoint
+from server.storage.log import RECOVER_HINT, CorruptLogError, LogConfig, MetadataLog
+from server.storage.meta_properties import (
+    MetaProperties,
+    parse_uuid_string,
+    random_uuid_string,
+    read_meta_properties,
+    write_meta_properties,
+)
+from server.zk import paths as zp
+from server.zk.process import ZooKeeperStartError, zookeeper_missing
+from server.zk.seed import SeedSpec
+from streams.cli import add_arguments as add_probe_arguments
+from streams.cli import run as run_probe_matrix
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -57,8 +107,6 @@ def _overrides(args) -> dict[str, str]:
 
 
 def _load_config(args):
-    from server.config import load_config
-
     if args.config and not Path(args.config).exists():
         raise CommandError(f"config file {args.config} does not exist")
     try:
@@ -66,8 +114,6 @@ def _load_config(args):
     except ValueError as exc:
         raise CommandError(f"bad configuration: {exc}") from None
     if config.release is not None:
-        from server.releases import release
-
         try:
             release(config.release)
         except ValueError as exc:
@@ -82,15 +128,14 @@ def _first_leaf(group: BaseException) -> BaseException:
 
 
 def cmd_broker(args) -> int:
-    from dataclasses import replace
-
     if args.zookeeper:
-        from server.zkbroker.cli import run as run_zk_broker
-
         return run_zk_broker(args)
 
+    # deferred import: a node loads the whole request path (~0.3 s); the client commands
+    # (storage, features, metadata-quorum) start without it.
     from server.broker.lifecycle import BrokerFatalError
     from server.nodes.broker import BrokerNode
+
     config = _load_config(args)
     if not config.is_broker:
         config = replace(config, process_roles=("broker",))
@@ -106,17 +151,14 @@ def cmd_broker(args) -> int:
 def _open_node(node_class, config):
     """A controller or broker node with its storage opened (start-up errors become
     operator messages)."""
-    from server.nodes.controller import StartupError
-    from server.observability import configure_logging
+    # deferred import: only the node commands reach here; see cmd_broker.
+    from server.nodes.startup import StartupError
 
     configure_logging(config.log_level)
     try:
         node = node_class(config)
     except ValueError as exc:  # a configuration the node cannot serve (e.g. an unknown SASL mechanism)
         raise CommandError(f"bad configuration: {exc}") from None
-    from server.observability import Event, get_logger
-    from server.raft.quorum_state import QuorumStateError
-    from server.storage.log import CorruptLogError
 
     try:
         node.open()
@@ -165,6 +207,8 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
 
 
 def cmd_controller(args) -> int:
+    # deferred import: a node loads the whole request path; see cmd_broker.
+    from server.controller.replayer import UnsupportedFinalizedLevelError
     from server.nodes.controller import ControllerNode
 
     node = _open_node(ControllerNode, _load_config(args))
@@ -179,8 +223,6 @@ def cmd_controller(args) -> int:
         with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
             await node.raft_driver.resign()
 
-    from server.controller.loop import UnsupportedFinalizedLevelError
-
     # KIP-778: the quorum finalized a level this software cannot run; the loop already
     # logged it and resigned leadership: say so and exit non-zero.
     return _serve_node(node, args.port_file, resign, UnsupportedFinalizedLevelError)
@@ -191,15 +233,11 @@ def cmd_controller(args) -> int:
 # --------------------------------------------------------------------------
 
 def cmd_storage_random_uuid(args) -> int:
-    from server.storage.meta_properties import random_uuid_string
-
     print(random_uuid_string())
     return EXIT_OK
 
 
 def _parse_metadata_version(text: str) -> int:
-    from server.controller.features import find_metadata_version, metadata_version_from_name
-
     if text.isdigit():
         if find_metadata_version(int(text)) is None:
             raise CommandError(f"unknown metadata.version level {text}")
@@ -223,13 +261,6 @@ def _parse_feature_levels(items: list[str] | None) -> dict[str, int]:
 
 
 def cmd_storage_format(args) -> int:
-    from server.controller.commands import bootstrap_records
-    from server.controller.features import LATEST_PRODUCTION
-    from server.nodes.controller import write_bootstrap_checkpoint
-    from server.observability import Event, configure_logging, get_logger
-    from server.storage.meta_properties import MetaProperties, parse_uuid_string, random_uuid_string, \
-        read_meta_properties, write_meta_properties
-
     config = _load_config(args)
     configure_logging(config.log_level)
     try:
@@ -242,8 +273,6 @@ def cmd_storage_format(args) -> int:
         records = bootstrap_records(level, _parse_feature_levels(args.feature))
         # SCRAM users of the new cluster (Kafka's --add-scram): UserScramCredentialRecords
         # after the feature levels, replayed with them by the first leader.
-        from server.controller.scram_commands import bootstrap_scram_records
-
         records += bootstrap_scram_records(args.add_scram, level)
     except ValueError as exc:
         raise CommandError(str(exc)) from None
@@ -261,7 +290,6 @@ def cmd_storage_format(args) -> int:
         write_bootstrap_checkpoint(directory, records)
     write_meta_properties(directory, MetaProperties(cluster_id=args.cluster_id, node_id=config.node_id,
                                                     directory_id=random_uuid_string()))
-    from server.controller.features import metadata_version_from_level
 
     get_logger("storage").info(Event.STORAGE_FORMATTED, directory=str(directory), cluster_id=args.cluster_id,
                                metadata_version=str(metadata_version_from_level(level)))
@@ -285,10 +313,6 @@ def _confirmed(prompt: str) -> bool:
 
 def cmd_storage_recover(args) -> int:
     """Truncates a metadata log that start-up refuses to its last good batch."""
-    from server.nodes.controller import METADATA_LOG_DIR_NAME
-    from server.observability import configure_logging
-    from server.storage.log import RECOVER_HINT, CorruptLogError, LogConfig, MetadataLog
-
     config = _load_config(args)
     configure_logging(config.log_level)
     log_dir = Path(config.metadata_log_dir) / METADATA_LOG_DIR_NAME
@@ -375,8 +399,6 @@ def _bootstrap_address(args) -> tuple[str, int]:
 
 
 def _mv_name(level: int) -> str:
-    from server.controller.features import find_metadata_version
-
     found = find_metadata_version(level)
     return found.name if found is not None else str(level)
 
@@ -386,8 +408,6 @@ def _client_security(args):
     path = getattr(args, "command_config", None)
     if not path:
         return None
-    from server.config import load_properties
-    from server.security.client_config import ClientSecurity, ClientSecurityError
 
     try:
         return ClientSecurity.from_properties(load_properties(Path(path).read_text()))
@@ -398,8 +418,6 @@ def _client_security(args):
 
 
 async def _connect(args):
-    from server.client import ClientError, KafkaClient
-
     host, port = _bootstrap_address(args)
     security = _client_security(args)
     try:
@@ -418,8 +436,6 @@ CONTROLLER_RETRY_BACKOFF_S = 0.2
 async def _call_active_controller(args, api_key: int, body: dict, min_version: int = 0):
     """Sends a write to the active controller, as Kafka's admin client does: find it
     through Metadata, and on NOT_CONTROLLER (a failover) look again, until --timeout-s."""
-    from server.client import ClientError, KafkaClient
-
     host, port = _bootstrap_address(args)
     security = _client_security(args)
     last_error = "no answer"
@@ -468,8 +484,6 @@ async def describe_features(args) -> list[str]:
 
 
 async def update_features(args, operation: str) -> tuple[list[str], bool]:
-    from server.controller.commands import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE
-
     updates: dict[str, int] = {}
     if getattr(args, "metadata", None):
         updates["metadata.version"] = _parse_metadata_version(args.metadata)
@@ -607,9 +621,7 @@ _ZK_MIGRATION_STATES = {0: "NONE", 1: "MIGRATION", 2: "PRE_MIGRATION", 3: "POST_
 
 
 async def describe_migration(args) -> list[str]:
-    from protocol.apis.describe_migration import API_KEY
-
-    response = await _call_active_controller(args, API_KEY, {})
+    response = await _call_active_controller(args, DESCRIBE_MIGRATION_API_KEY, {})
     if response.error_code != 0:
         raise CommandError(f"DescribeMigration failed: error {response.error_code} {response.error_message or ''}")
     lines = [
@@ -642,11 +654,6 @@ def rollback_zookeeper(hosts: str) -> list[str]:
     1, and /migration naming an older quorum's higher epoch would fence it for good).
     /controller_epoch stays: controller epochs only grow, and brokers refuse an older one
     (STALE_CONTROLLER_EPOCH), so whoever controls next counts on from it."""
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import NoNodeError
-
-    from server.zk import paths as zp
-
     client = KazooClient(hosts=hosts, timeout=10.0)
     client.start(timeout=15.0)
     try:
@@ -675,9 +682,7 @@ def rollback_zookeeper(hosts: str) -> list[str]:
 
 
 def cmd_probe_matrix(args) -> int:
-    from streams.cli import run
-
-    return run(args)
+    return run_probe_matrix(args)
 
 
 def cmd_migration(args) -> int:
@@ -720,9 +725,6 @@ def _interrupt_on_sigterm(signum, frame) -> None:
 
 
 def cmd_cluster_up(args) -> int:
-    from cli.local_cluster import LocalClusterError
-    from cli.upgrade_story import LocalCluster, StoryError
-
     if args.zookeeper:
         if args.secure:
             raise CommandError("--secure and --zookeeper cannot be combined (the migration runs on PLAINTEXT)")
@@ -736,12 +738,8 @@ def cmd_cluster_up(args) -> int:
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     work = Path(args.dir).resolve()
     if work.exists() and not args.keep:
-        import shutil
-
         shutil.rmtree(work)
     if args.secure:
-        from cli.local_cluster import SecureLocalCluster
-
         try:
             cluster = SecureLocalCluster(work, args.controllers, args.brokers, args.base_port,
                                          args.broker_base_port, release=args.release,
@@ -786,9 +784,6 @@ def cmd_cluster_up(args) -> int:
 
 def _print_secure_access(cluster, first: str) -> None:
     """How an operator reaches a `cluster up --secure` cluster (no secret is printed)."""
-    from cli.local_cluster import BROKER_USER, CONTROLLER_USER, NODE_MECHANISM, OPERATOR_MECHANISM, \
-        OPERATOR_USER
-
     material = cluster.material
     config = material.command_config_path
     print(f"\nEvery listener is SASL_SSL (CA: {material.ca_path}), with the StandardAuthorizer: the nodes "
@@ -809,14 +804,6 @@ def _print_secure_access(cluster, first: str) -> None:
 def _cluster_up_zookeeper(args) -> int:
     """`kraftwerk cluster up --zookeeper`: a ZooKeeper-mode cluster with its migration to
     KRaft (KIP-866) switched on, left at MigrationActive for the operator to continue."""
-    import shlex
-
-    from cli.local_cluster import LocalClusterError
-    from cli.migration_story import MigrationCluster, MigrationStoryError
-    from server.storage.meta_properties import random_uuid_string
-    from server.zk.process import ZooKeeperStartError, zookeeper_missing
-    from server.zk.seed import SeedSpec
-
     if not 1 <= args.controllers <= 9:
         raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
     if not 1 <= args.brokers <= 50:
@@ -827,8 +814,6 @@ def _cluster_up_zookeeper(args) -> int:
         raise CommandError(f"cannot start ZooKeeper: {reason}")
     work = Path(args.dir).resolve()
     if work.exists() and not args.keep:
-        import shutil
-
         shutil.rmtree(work)
     broker_ids = tuple(range(1, args.brokers + 1))
     seed = SeedSpec(cluster_id=random_uuid_string(), broker_ids=broker_ids, topics=5, partitions_per_topic=3,
@@ -926,9 +911,6 @@ def _cluster_up_zookeeper(args) -> int:
 
 def cmd_demo_upgrade(args) -> int:
     """`kraftwerk cluster demo-upgrade`: the KIP-778 story on 3 controllers and 3 brokers."""
-    from cli.local_cluster import LocalClusterError
-    from cli.upgrade_story import StoryError, UpgradeStory
-
     story = UpgradeStory(Path(args.dir).resolve(), say=lambda text: print(text, flush=True),
                          base_port=args.base_port, broker_base_port=args.broker_base_port)
     try:
@@ -946,11 +928,6 @@ def cmd_demo_upgrade(args) -> int:
 
 def cmd_demo(args) -> int:
     """A local 3-controller quorum and a short upgrade story, as an operator would run it."""
-    import shutil
-
-    from cli import local_cluster as lc
-    from server.storage.meta_properties import random_uuid_string
-
     work = Path(args.dir).resolve()
     specs = lc.plan(work, args.controllers, args.port)
     for spec in specs:
@@ -1040,21 +1017,19 @@ def cmd_demo(args) -> int:
 
 
 # --------------------------------------------------------------------------
-# pipeline (issue 5; needs the spark extra: pip install kraftwerk[spark])
+# pipeline (needs the spark extra: pip install kraftwerk[spark])
 # --------------------------------------------------------------------------
 
 def cmd_pipeline(args) -> int:
     try:
         if args.pipeline_command == "fake-fleet":
-            from pipeline.fake_fleet import fake_fleet_command
-            from server.observability import configure_logging
-
             # Segment rolls and snapshots are logged at info, once per file: too chatty here.
             configure_logging("warning")
-
             fake_fleet_command(args.clusters, args.records, Path(args.out), args.seed,
                                lambda line: print(line, flush=True))
             return EXIT_OK
+        # deferred import: PySpark is an optional extra (kraftwerk[spark]); every other
+        # command must run without it.
         from pipeline.jobs import run_command
     except ImportError as exc:
         raise CommandError(f"the pipeline needs PySpark: pip install 'kraftwerk[spark]' ({exc})") from None
@@ -1098,7 +1073,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(broker, required=False)
     broker.add_argument("--port-file", help="write the bound port here once listening")
     broker.add_argument("--release", help="act as this Apache Kafka release (e.g. 3.6): its feature ranges")
-    from server.zkbroker.cli import add_arguments as add_zk_broker_arguments
     # --zookeeper HOST:PORT (or zookeeper.connect without process.roles) runs a ZooKeeper-mode
     # broker instead (KIP-866's starting point).
     add_zk_broker_arguments(broker)
@@ -1152,7 +1126,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe-matrix", help="KIP-268's upgrade matrix for Kafka Streams' rebalance metadata, "
                                                 "each cell measured by the in-process group runner")
-    from streams.cli import add_arguments as add_probe_arguments
     add_probe_arguments(probe)
     probe.set_defaults(func=cmd_probe_matrix)
 

@@ -15,6 +15,7 @@ controllers are 3000, 3001, ...
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,6 +23,7 @@ from typing import Callable
 import trio
 
 from cli import local_cluster as lc
+from cli.upgrade_story import log_events, node_view
 from server.client import ClientError, KafkaClient
 from server.storage.meta_properties import random_uuid_string
 from server.zk.process import ZooKeeperProcess, ZooKeeperSettings
@@ -192,8 +194,6 @@ class MigrationCluster:
     def reset_quorum(self) -> None:
         """A fresh KRaft quorum (stopped, its metadata deleted, formatted again with the
         migration on): what an operator does before migrating again after a rollback."""
-        import shutil
-
         for spec in self.controllers:
             self.stop(spec.node_id)
             shutil.rmtree(spec.metadata_dir, ignore_errors=True)
@@ -202,8 +202,6 @@ class MigrationCluster:
 
     def events(self, node_id: int, event: str) -> list[dict]:
         """The structured log lines `event` of one node's log."""
-        from cli.upgrade_story import log_events
-
         return log_events(self.spec(node_id).log_path, event)
 
     # -- the migration's steps ---------------------------------------------------------
@@ -304,8 +302,6 @@ class MigrationCluster:
     def wait_controllers_in_step(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every live controller has applied what the active one has (standbys serve
         Metadata from their own replay, which trails the leader's by a little)."""
-        from cli.upgrade_story import node_view
-
         def in_step() -> bool:
             view = self.migration()
             if view is None:

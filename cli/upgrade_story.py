@@ -36,7 +36,7 @@ import trio
 from protocol.frames import decode_response, encode_request
 from cli import local_cluster as lc
 from server.client import ClientError, KafkaClient
-from server.controller.features import metadata_version_from_level
+from server.controller.features import metadata_version_from_level, metadata_version_from_name
 from server.storage.meta_properties import random_uuid_string
 
 API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
@@ -459,6 +459,4 @@ class UpgradeStory:
 
 
 def metadata_version_from_level_name(name: str) -> int:
-    from server.controller.features import metadata_version_from_name
-
     return metadata_version_from_name(name).level

@@ -1,1 +1,1 @@
-"""kraftwerk's PySpark pipeline over the metadata logs of a fleet of clusters (issue 5)."""
+"""kraftwerk's PySpark pipeline over the metadata logs of a fleet of clusters."""

@@ -81,6 +81,8 @@ def arrow_batches(rows: Iterable[tuple], schema: StructType, batch_rows: int) ->
     `batch_rows` rows, typed exactly as Spark's own Arrow conversion of `schema`
     types them (pyspark's `to_arrow_schema`, as its Python data source runner
     calls it): Spark checks only the column names of a batch a reader yields."""
+    # deferred import: pyarrow (~0.1 s) is needed only in the Spark workers that read;
+    # the driver, which imports this module to register the data source, never loads it.
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 

@@ -64,8 +64,8 @@ from server.controller import features as ft
 from server.controller.features import GROUP_VERSION, METADATA_VERSION, TRANSACTION_VERSION, NodeFeatures
 from server.controller.snapshot import write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
-from server.nodes.controller import METADATA_LOG_DIR_NAME, write_bootstrap_checkpoint
 from server.releases import RELEASES
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME, write_bootstrap_checkpoint
 from server.storage.log import LOCK_FILE_NAME, LogConfig, MetadataLog
 from server.storage.meta_properties import (
     MetaProperties,

@@ -21,7 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from pyspark.sql import SparkSession
+
 from pipeline import report, transforms
+from pipeline.datasource import read_records
+from pipeline.reader import fleet_nodes
 
 TABLES = ("features_audit", "upgrade_readiness", "broker_timeline", "errors")
 REPORT_FILE = "report.html"
@@ -95,8 +99,6 @@ SHUFFLE_PARTITIONS = 8
 def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
                   shuffle_partitions: int = SHUFFLE_PARTITIONS):
     """The session the pipeline runs in (also the benchmark's and the tests')."""
-    from pyspark.sql import SparkSession
-
     # Python workers must run this interpreter (the venv), not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
@@ -117,8 +119,6 @@ def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
 def _nodes_df(spark, fleet: Path, progress: Progress):
     """The controllers' releases from the fleet directory (pipeline/reader.py), or None
     when no node says what it runs."""
-    from pipeline.reader import fleet_nodes
-
     rows = [(n.cluster, int(n.node_id), n.role, n.release) for n in fleet_nodes(fleet)]
     progress(f"pipeline: {len(rows)} nodes in the fleet")
     if not rows:
@@ -130,8 +130,6 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
     """Reads every node of `fleet` (`<fleet>/<cluster>/<node>/...`) and writes the tables
     and report under `out`. Uses `spark` when given (and leaves it running), else starts
     a session on `master` and stops it afterwards."""
-    from pipeline.datasource import read_records
-
     fleet, out = Path(fleet), Path(out)
     own_session = spark is None
     if own_session:

@@ -66,6 +66,8 @@ from protocol.record_batch import (
 from protocol.records import decode_metadata_record
 from protocol.schema import Field, Message, Versions
 from server.controller.snapshot import REPLAY_OFFSET_HEADER
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
+from server.storage.log import SEGMENT_SUFFIX
 from server.storage.meta_properties import (
     MAX_META_PROPERTIES_BYTES,
     MetaPropertiesError,
@@ -73,15 +75,12 @@ from server.storage.meta_properties import (
     read_meta_properties,
     uuid_to_string,
 )
-from server.storage.snapshot import parse_snapshot_file_name
+from server.storage.snapshot import SNAPSHOT_SUFFIX, parse_snapshot_file_name
 
-METADATA_DIR_NAME = "__cluster_metadata-0"
 META_PROPERTIES_NAME = "meta.properties"
 NODE_PROPERTIES_NAME = "node.properties"
 SOURCE_LOG = "log"
 SOURCE_SNAPSHOT = "snapshot"
-_SEGMENT_SUFFIX = ".log"
-_SNAPSHOT_SUFFIX = ".checkpoint"
 
 # Far above any segment (1 MiB by default) or controller snapshot; a file
 # beyond this is not something a metadata log writes, and reading it whole
@@ -145,7 +144,7 @@ class FleetNode:
 
 def _is_node_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, META_PROPERTIES_NAME)) or os.path.isdir(
-        os.path.join(path, METADATA_DIR_NAME)
+        os.path.join(path, METADATA_LOG_DIR_NAME)
     )
 
 
@@ -191,16 +190,16 @@ def fleet_files(root: str | os.PathLike[str]) -> list[FleetFile]:
     fleet_root, pairs = _node_dirs(root)
     files: list[FleetFile] = []
     for cluster, node_dir in pairs:
-        metadata_dir = os.path.join(node_dir, METADATA_DIR_NAME)
+        metadata_dir = os.path.join(node_dir, METADATA_LOG_DIR_NAME)
         try:
             names = os.listdir(metadata_dir)
         except OSError:
             continue
         cluster_id, node_id = _identity(node_dir)
         for name in names:
-            if name.endswith(_SEGMENT_SUFFIX) and name[: -len(_SEGMENT_SUFFIX)].isdigit():
+            if name.endswith(SEGMENT_SUFFIX) and name[: -len(SEGMENT_SUFFIX)].isdigit():
                 source = SOURCE_LOG
-            elif name.endswith(_SNAPSHOT_SUFFIX) and parse_snapshot_file_name(name) is not None:
+            elif name.endswith(SNAPSHOT_SUFFIX) and parse_snapshot_file_name(name) is not None:
                 source = SOURCE_SNAPSHOT
             else:
                 continue  # .lock, log-start-offset, quorum-state, .part leftovers

@@ -243,7 +243,7 @@ REGISTER_CONTROLLER_RECORD = Message(
 )
 
 
-# Security records (issue 8), declared from Kafka's UserScramCredentialRecord.json (the
+# Security records, declared from Kafka's UserScramCredentialRecord.json (the
 # shape Kafka shipped with SCRAM in KRaft, 3.5: one mechanism per record, stored and server keys),
 # RemoveUserScramCredentialRecord.json, AccessControlEntryRecord.json and
 # RemoveAccessControlEntryRecord.json (not among ../shared's specs).

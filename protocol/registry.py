@@ -1,14 +1,18 @@
 """One table from API key to the request/response declarations.
 
-Owns: `API_MODULES` and `lookup()`. Which versions kraftwerk *serves* is not
-decided here (that is server policy, `server/apis.py`); this table says what
-the protocol layer can encode and decode.
+Owns: `API_MESSAGES` (keyed by `ApiKey`), `lookup()` and `api_name()`. Which
+versions kraftwerk *serves* is not decided here (that is server policy, the API
+catalog in `server/api/catalog.py`); this table says what the protocol layer can
+encode and decode. Every module listed must have its key in `ApiKey`
+(protocol/api_keys.py, generated from the same modules): `ApiKey(key)` raises at
+import otherwise.
 """
 
 from __future__ import annotations
 
 from types import MappingProxyType
 
+from protocol.api_keys import ApiKey
 from protocol.apis import (
     add_raft_voter,
     alter_user_scram_credentials,
@@ -46,19 +50,17 @@ from protocol.apis import (
 from protocol.schema import Message
 
 _MODULES = (
-    add_raft_voter, api_versions, begin_quorum_epoch, broker_heartbeat,
-    broker_registration, controller_registration, create_topics, delete_topics, describe_cluster,
-    describe_configs, describe_migration, describe_quorum, end_quorum_epoch, fetch, fetch_snapshot,
-    incremental_alter_configs, metadata, migration_check,
-    remove_raft_voter, unregister_broker,
-    # Security (issue 8).
-    sasl_handshake, sasl_authenticate, create_acls, describe_acls, delete_acls,
-    describe_user_scram_credentials, alter_user_scram_credentials, envelope, update_features, update_metadata, update_raft_voter, vote,
+    add_raft_voter, alter_user_scram_credentials, api_versions, begin_quorum_epoch, broker_heartbeat,
+    broker_registration, controller_registration, create_acls, create_topics, delete_acls, delete_topics,
+    describe_acls, describe_cluster, describe_configs, describe_migration, describe_quorum,
+    describe_user_scram_credentials, end_quorum_epoch, envelope, fetch, fetch_snapshot,
+    incremental_alter_configs, metadata, migration_check, remove_raft_voter, sasl_authenticate,
+    sasl_handshake, unregister_broker, update_features, update_metadata, update_raft_voter, vote,
 )
 
 # api_key -> (request, response)
-API_MESSAGES: MappingProxyType[int, tuple[Message, Message]] = MappingProxyType(
-    {m.REQUEST.api_key: (m.REQUEST, m.RESPONSE) for m in _MODULES}
+API_MESSAGES: MappingProxyType[ApiKey, tuple[Message, Message]] = MappingProxyType(
+    {ApiKey(m.REQUEST.api_key): (m.REQUEST, m.RESPONSE) for m in _MODULES}
 )
 
 

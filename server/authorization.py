@@ -1,9 +1,10 @@
 """What a client may do, as Kafka reports it in "authorized operations" fields.
 
-Owns: Kafka's AclOperation codes and the set of operations that apply to the
-CLUSTER resource. kraftwerk has no authorizer yet (issue 8), so every client is
-authorized for every cluster operation, which is what Kafka reports when no
-authorizer is configured.
+Owns: Kafka's AclOperation codes, the set of operations that apply to the
+CLUSTER resource, and the "authorized operations" bitfield. Without an
+authorizer configured every client is authorized for every cluster operation,
+which is what Kafka reports then; with one, server/security/item_checks.py asks
+it per operation.
 """
 
 from __future__ import annotations

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import trio
 
 from protocol.errors import DecodeError, ErrorCode, error_name
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
+from server.net.connect import open_client_stream
 from server.net.framing import FrameDecoder
-
-if TYPE_CHECKING:
-    from server.security.client_config import ClientSecurity
+from server.security.client_config import ClientSecurity
 
 CLIENT_SOFTWARE_NAME = "kraftwerk-cli"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
@@ -56,8 +54,6 @@ class KafkaClient:
             if security is None:
                 stream = await trio.open_tcp_stream(host, port)
             else:
-                from server.net.connect import open_client_stream
-
                 stream = await open_client_stream(host, port, security, timeout_s=timeout_s, client_id=client_id)
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None

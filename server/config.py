@@ -5,7 +5,7 @@ names (`node.id`, `listeners`, `socket.request.max.bytes`, ...) to typed
 fields with units in their names. Unknown properties are kept (and logged by
 the caller) rather than rejected, as Kafka does.
 
-Also owns the listener and TLS configuration of issue 8: several listeners with
+Also owns the listener and TLS configuration: several listeners with
 their security protocols (`listeners`, `listener.security.protocol.map`,
 `advertised.listeners`, `controller.listener.names`, `inter.broker.listener.name`),
 PEM key and trust material per listener (`ssl.*`, `listener.name.<name>.ssl.*`) and

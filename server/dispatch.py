@@ -8,6 +8,11 @@ Owns: the decision of what happens to each frame (Kafka's `SocketServer` /
 - An unknown API key, or a version of another API that we do not serve,
   closes the connection without a response, with a log line.
 - A body that does not decode closes the connection, with a log line.
+- What is served, and how, is the node's table from the API catalog
+  (server/api/catalog.py): versions, handler and its kind, whether it may come
+  before SASL authentication, the ACL rule, the error response.
+- A handler that raises `ApiError(code, message)` is answered with its API's own
+  error response (the catalog entry's `error_response`), whatever its kind.
 - Handlers return a response dict; sync handlers are answered inline, async
   ones (those that wait for the controller loop) get a task and a
   `PendingResponse` slot so responses still leave in request order. The
@@ -25,15 +30,17 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from protocol.api_keys import ApiKey
 from protocol.errors import DecodeError, ErrorCode
 from protocol.header import REQUEST_HEADER, encode_response_header, peek_api
 from protocol.registry import api_name
-from server.apis import API_VERSIONS_KEY, ServedApi
+from server.api.context import RequestContext
+from server.api.errors import ApiError
 from server.net.listener import CloseConnection, Connection, PendingResponse
 from server.observability import Event, get_logger
-from server.api.context import RequestContext
 
 if TYPE_CHECKING:
+    from server.api.catalog import ServedApi
     from server.nodes.controller import ControllerNode
 
 
@@ -41,13 +48,9 @@ log = get_logger("net")
 
 _SIZE = struct.Struct(">i")
 
-# What an unauthenticated connection on a SASL listener may send: ApiVersions,
-# SaslHandshake, SaslAuthenticate.
-PRE_AUTHENTICATION_APIS = frozenset((API_VERSIONS_KEY, 17, 36))
-
 
 class Dispatcher:
-    def __init__(self, node: "ControllerNode", served: dict[int, ServedApi]) -> None:
+    def __init__(self, node: "ControllerNode", served: "dict[int, ServedApi]") -> None:
         self.node = node
         self.config = node.config
         self.metrics = node.metrics
@@ -61,7 +64,7 @@ class Dispatcher:
         self.authorizer = getattr(node, "authorizer", None)
 
     # -- encoding -----------------------------------------------------------
-    def encode_response(self, api: ServedApi, version: int, correlation_id: int, body: dict) -> bytes:
+    def encode_response(self, api: "ServedApi", version: int, correlation_id: int, body: dict) -> bytes:
         header_version = api.response_header_version(version)
         stream = BytesIO()
         stream.write(b"\x00\x00\x00\x00")
@@ -91,7 +94,7 @@ class Dispatcher:
             self.metrics.request_errors.labels("unknown_api").inc()
             raise CloseConnection()
         if not api.min_version <= version <= api.max_version:
-            if api_key == API_VERSIONS_KEY:
+            if api_key == ApiKey.API_VERSIONS:
                 return self._api_versions_unsupported(conn, frame, version)
             log.warning(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer,
                         api=api_name(api_key), api_version=version,
@@ -107,7 +110,7 @@ class Dispatcher:
                         allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}")
             self.metrics.request_errors.labels("gated_version").inc()
             raise CloseConnection()
-        if not conn.authenticated and api_key not in PRE_AUTHENTICATION_APIS:
+        if not conn.authenticated and not api.before_authentication:
             # Kafka's SaslServerAuthenticator: anything but these before the SASL exchange
             # has completed is a protocol violation; the connection is closed.
             log.warning(Event.SASL_REQUEST_BEFORE_AUTHENTICATION, connection=conn.connection_id, peer=conn.peer,
@@ -133,20 +136,28 @@ class Dispatcher:
         authorizer = self.authorizer
         if authorizer is not None:
             # Refused requests are answered here with the API's own error shape
-            # (CLUSTER_AUTHORIZATION_FAILED, ...): server/security/api_rules.py.
-            refusal = authorizer.check_request(ctx, api_key, request)
+            # (CLUSTER_AUTHORIZATION_FAILED, ...): the rule is the API's catalog entry's.
+            refusal = authorizer.check_request(ctx, api, request)
             if refusal is not None:
                 return self.encode_response(api, version, correlation_id, refusal)
         if api.answers_later:
             slot = PendingResponse()
-            api.handler(ctx, request, _Answer(self, api, ctx, slot, started))
+            try:
+                api.handler(ctx, request, _Answer(self, api, ctx, slot, started))
+            except ApiError as exc:
+                if not slot.event.is_set():
+                    self.complete(api, ctx, slot, started,
+                                  api.error_response(request, version, exc.code, exc.message))
             return slot
         if api.is_async:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)
             return slot
         try:
-            body = api.handler(ctx, request)
+            try:
+                body = api.handler(ctx, request)
+            except ApiError as exc:
+                body = api.error_response(request, version, exc.code, exc.message)
             payload = self.encode_response(api, version, correlation_id, body)
         except CloseConnection:
             raise
@@ -159,10 +170,13 @@ class Dispatcher:
                       client_id=header.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
         return payload
 
-    async def _run_async(self, api: ServedApi, ctx: RequestContext, request, slot: PendingResponse,
+    async def _run_async(self, api: "ServedApi", ctx: RequestContext, request, slot: PendingResponse,
                          started: float) -> None:
         try:
-            body = await api.handler(ctx, request)
+            try:
+                body = await api.handler(ctx, request)
+            except ApiError as exc:
+                body = api.error_response(request, ctx.api_version, exc.code, exc.message)
         except CloseConnection:
             slot.set(None)
             return
@@ -173,7 +187,7 @@ class Dispatcher:
             return
         self.complete(api, ctx, slot, started, body)
 
-    def complete(self, api: ServedApi, ctx: RequestContext, slot: PendingResponse, started: float, body) -> None:
+    def complete(self, api: "ServedApi", ctx: RequestContext, slot: PendingResponse, started: float, body) -> None:
         """Encodes `body` into `slot` (None, closing the connection, if it cannot be encoded)."""
         try:
             payload = self.encode_response(api, ctx.api_version, ctx.correlation_id, body)
@@ -190,7 +204,7 @@ class Dispatcher:
 
     def _api_versions_unsupported(self, conn: Connection, frame: bytes, version: int) -> bytes:
         """KIP-511: answer an unknown ApiVersions version with a v0 body and error 35."""
-        api = self.served[API_VERSIONS_KEY]
+        api = self.served[ApiKey.API_VERSIONS]
         try:
             # The header of an unknown future version is assumed to be the
             # newest we know (v2); only the correlation id is needed.
@@ -202,7 +216,7 @@ class Dispatcher:
                  api="ApiVersions", api_version=version, served=f"{api.min_version}-{api.max_version}")
         body = {
             "error_code": ErrorCode.UNSUPPORTED_VERSION,
-            "api_keys": [{"api_key": API_VERSIONS_KEY, "min_version": api.min_version,
+            "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": api.min_version,
                           "max_version": api.max_version}],
         }
         return self.encode_response(api, 0, correlation_id, body)
@@ -213,7 +227,7 @@ class _Answer:
 
     __slots__ = ("_dispatcher", "_api", "_ctx", "_slot", "_started")
 
-    def __init__(self, dispatcher: Dispatcher, api: ServedApi, ctx: RequestContext, slot: PendingResponse,
+    def __init__(self, dispatcher: Dispatcher, api: "ServedApi", ctx: RequestContext, slot: PendingResponse,
                  started: float) -> None:
         self._dispatcher = dispatcher
         self._api = api

@@ -1,10 +1,12 @@
 """Gating API versions on the finalized metadata.version, and version negotiation.
 
-Owns: `GATES` (which request versions need which metadata.version level),
-`min_metadata_version`, `max_allowed_version`, `gated_ranges` (the served
-{api_key: (min, max)} table cut down to what the cluster's metadata.version allows),
-`describe_gates` (the same table as text) and `negotiate` (the highest version two
-sides share, for clients after ApiVersions).
+Owns: `GATES` (a read-only view of which request versions need which
+metadata.version level; each API's gate is its entry in the API catalog,
+server/api/catalog.py), `min_metadata_version`, `max_allowed_version`, `gated_ranges`
+(the served {api_key: (min, max)} table cut down to what the cluster's metadata.version
+allows), `AdvertisedApis` (a node's served table so gated, what ApiVersions lists and
+the dispatcher accepts), `describe_gates` (the gates as text) and `negotiate` (the
+highest version two sides share, for clients after ApiVersions).
 
 KIP-778 asks a controller to hold back a new RPC version "until the controller can
 persist the new record type": a request version carrying a field (log dirs, a
@@ -14,7 +16,7 @@ release talking to a cluster still finalized at an old metadata.version negotiat
 down to a version whose fields the cluster can keep.
 
 Rules kept here:
-- The table is data. An API or version not listed is not gated.
+- The gates are data in the catalog. An API or version not listed is not gated.
 - Gates are monotone per API: if vN needs level L, every higher version needs at
   least L (tests check this on the table). A version above the highest listed one
   inherits the highest listed gate, so a newer version is never less gated.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+from server.api.catalog import CATALOG, ServedApi, gate_runs
 from server.controller.features import metadata_version_from_level
 
 
@@ -40,18 +43,7 @@ class ApiGate:
 
 
 GATES: Mapping[int, ApiGate] = MappingProxyType(
-    {
-        # v1: IsMigratingZkBroker (3.4-IV0); v2: LogDirs (KIP-858, 3.7-IV2);
-        # v3: PreviousBrokerEpoch; v4: no new field, same gate.
-        62: ApiGate("BrokerRegistration", MappingProxyType({1: 8, 2: 17, 3: 17, 4: 17})),
-        # v1: OfflineLogDirs (KIP-858).
-        63: ApiGate("BrokerHeartbeat", MappingProxyType({1: 17})),
-        # v1: ValidateOnly/UpgradeType (3.3-IV0); v2: 3.9-IV0.
-        57: ApiGate("UpdateFeatures", MappingProxyType({1: 4, 2: 21})),
-        # v1: EndpointType (KIP-919, controller registration at 3.7-IV0).
-        60: ApiGate("DescribeCluster", MappingProxyType({1: 15})),
-    }
-)
+    {key: ApiGate(spec.name, spec.gate) for key, spec in CATALOG.items() if spec.gate})
 
 
 def min_metadata_version(api_key: int, version: int) -> int | None:
@@ -96,26 +88,32 @@ def gated_ranges(ranges: Mapping[int, tuple[int, int]], mv_level: int | None) ->
     return result
 
 
+class AdvertisedApis:
+    """The versions a node advertises in ApiVersions and accepts now: its served table
+    gated by the finalized metadata.version (KIP-778). Recomputed only when
+    metadata.version changes (not on every feature change), so the per-request check
+    is a dict lookup."""
+
+    _UNSET = object()
+
+    def __init__(self, served: Mapping[int, ServedApi]) -> None:
+        self._ranges = {api.api_key: (api.min_version, api.max_version) for api in served.values()}
+        self._metadata_version: object = self._UNSET
+        self._current: dict[int, tuple[int, int]] = dict(self._ranges)
+
+    def current(self, metadata_version: int | None) -> dict[int, tuple[int, int]]:
+        if metadata_version != self._metadata_version:
+            self._current = gated_ranges(self._ranges, metadata_version)
+            self._metadata_version = metadata_version
+        return self._current
+
+
 def describe_gates() -> list[str]:
     """One line per run of versions with the same gate, e.g.
     `BrokerRegistration v2+ needs metadata.version 3.7-IV2 (17)`."""
     lines = []
     for gate in GATES.values():
-        versions = sorted(gate.needs)
-        runs: list[tuple[int, int, int]] = []  # (first version, last version, level)
-        for version in versions:
-            level = gate.needs[version]
-            if runs and runs[-1][2] == level and runs[-1][1] == version - 1:
-                runs[-1] = (runs[-1][0], version, level)
-            else:
-                runs.append((version, version, level))
-        for index, (first, last, level) in enumerate(runs):
-            if index == len(runs) - 1:
-                shown = f"v{first}+"  # the last gate also holds for versions not yet listed
-            elif first == last:
-                shown = f"v{first}"
-            else:
-                shown = f"v{first}-v{last}"
+        for shown, level in gate_runs(gate.needs):
             mv = metadata_version_from_level(level)
             lines.append(f"{gate.api_name} {shown} needs metadata.version {mv.name} ({level})")
     return lines

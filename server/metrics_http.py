@@ -30,7 +30,6 @@ log = get_logger("metrics")
 
 MAX_REQUEST_HEAD_BYTES = 8192
 REQUEST_TIMEOUT_S = 5.0
-EVENT_SCRAPE_FAILED = "metrics.scrape_failed"
 
 
 def _response(status: str, body: bytes, content_type: str = "text/plain; charset=utf-8") -> bytes:
@@ -85,7 +84,7 @@ def answer(head: bytes, registry: CollectorRegistry, refresh: Callable[[], None]
             refresh()
         body = generate_latest(registry)
     except Exception as exc:  # noqa: BLE001 - a scrape must never stop the node
-        log.warning(EVENT_SCRAPE_FAILED, error=repr(exc))
+        log.warning(Event.METRICS_SCRAPE_FAILED, error=repr(exc))
         return _response("500 Internal Server Error", b"metrics unavailable; see the node's log\n")
     return _response("200 OK", body, CONTENT_TYPE_LATEST)
 

@@ -29,7 +29,11 @@ class Event(StrEnum):
     UNKNOWN_API = "net.unknown_api"
     UNSUPPORTED_VERSION = "net.unsupported_version"
     HANDLER_FAILED = "net.handler_failed"
-    # Security and limits (issue 8). Never log a password, a salted password or a key.
+    # A controller's outbound connection to a peer (server/net/peer.py).
+    PEER_CONNECT_FAILED = "net.peer_connect_failed"
+    PEER_CONNECTED = "net.peer_connected"
+    PEER_DISCONNECTED = "net.peer_disconnected"
+    # Security and limits. Never log a password, a salted password or a key.
     TLS_HANDSHAKE_FAILED = "security.tls_handshake_failed"
     SASL_HANDSHAKE = "security.sasl_handshake"
     SASL_AUTHENTICATED = "security.sasl_authenticated"
@@ -56,6 +60,9 @@ class Event(StrEnum):
     BROKER_FENCED = "controller.broker_fenced"
     BROKER_UNFENCED = "controller.broker_unfenced"
     BROKER_UNREGISTERED = "controller.broker_unregistered"
+    TOPICS_CREATED = "controller.topics_created"
+    TOPICS_DELETED = "controller.topics_deleted"
+    CONFIGS_ALTERED = "controller.configs_altered"
     STORAGE_FORMATTED = "storage.formatted"
     STORAGE_LOG_OPENED = "storage.log_opened"
     STORAGE_TORN_TAIL_TRUNCATED = "storage.torn_tail_truncated"
@@ -126,6 +133,8 @@ class Event(StrEnum):
     BROKER_SELF_UNREGISTERED = "broker.unregistered"
     BROKER_FORWARD_FAILED = "broker.forward_failed"
     METRICS_SERVING = "metrics.serving"
+    METRICS_SCRAPE_FAILED = "metrics.scrape_failed"
+    ZK_CONNECTION_STATE = "zk.connection_state"
     MIGRATION_STATE = "migration.state"
     MIGRATION_PRECONDITIONS_FAILED = "migration.preconditions_failed"
     MIGRATION_ZK_LEADERSHIP_CLAIMED = "migration.zk_leadership_claimed"

@@ -28,6 +28,7 @@ import random
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import AsyncIterator
 
 import structlog
@@ -45,6 +46,14 @@ from streams.assignor import (
 )
 
 log = structlog.get_logger(component="streams")
+
+
+class StreamsEvent(StrEnum):
+    """The runner's log event names. streams/ is client-side and never imports
+    server/, so its events live here rather than in `server.observability.Event`."""
+
+    LEADER_FAILED = "streams.leader_failed"
+    REBALANCE_INCOMPLETE = "streams.rebalance_incomplete"
 
 CRASH_AT_JOIN = "join"
 CRASH_AT_SYNC = "sync"
@@ -284,7 +293,7 @@ class GroupRunner:
         decision = assign(leader.config, joined, self.tasks)
         if decision.failure is not None:
             self.report.failures.append(f"generation {generation}: {decision.failure}")
-            log.warning("streams.leader_failed", generation=generation, failure=decision.failure)
+            log.warning(StreamsEvent.LEADER_FAILED, generation=generation, failure=decision.failure)
             return None
         self.report.probes += len(decision.probed_members)
 
@@ -311,7 +320,7 @@ class GroupRunner:
             for member_id in decision.assignments:
                 if member_id not in synced:
                     self._stop(member_id)
-            log.info("streams.rebalance_incomplete", generation=generation)
+            log.info(StreamsEvent.REBALANCE_INCOMPLETE, generation=generation)
             return "member-failed"
 
         self.report.completed_rebalances += 1

@@ -65,7 +65,7 @@ def spark():
 
 
 # --------------------------------------------------------------------------
-# ZooKeeper (issue 6): a real ZooKeeper 3.8 server per test
+# ZooKeeper: a real ZooKeeper 3.8 server per test
 # --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def zk_hosts(zookeeper) -> str:
 
 
 # --------------------------------------------------------------------------
-# An in-process controller and broker agent (issues 4, 6, 8)
+# An in-process controller and broker agent
 # --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -113,7 +113,8 @@ async def _controller_and_broker(tmp_path, extra_bootstrap=(), **extra: str):
     from server.config import Listener, ServerConfig, VoterAddress
     from server.controller.commands import bootstrap_records
     from cli.local_cluster import free_port_run
-    from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+    from server.nodes.controller import ControllerNode
+    from server.storage.bootstrap import write_bootstrap_checkpoint
     from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
     mv_3_7_iv4 = 19

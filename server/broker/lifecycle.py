@@ -29,17 +29,18 @@ from __future__ import annotations
 import random
 import uuid
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from protocol.errors import ErrorCode
+from server.config import SECURITY_PROTOCOL_IDS, ServerConfig
+from server.controller.features import NodeFeatures
+from server.controller.state import ControllerState
 from server.gating import max_allowed_version, negotiate
-from server.net.peer import BackoffPolicy, PeerUnavailable
+from server.net.peer import BackoffPolicy, PeerConnection, PeerUnavailable
 from server.observability import Event, get_logger
-
-if TYPE_CHECKING:
-    from server.nodes.broker import BrokerNode
+from server.raft.driver import RaftDriver
 
 log = get_logger("broker")
 
@@ -67,8 +68,35 @@ class BrokerFatalError(Exception):
     """KIP-778: the broker cannot run the cluster's finalized levels and stopped."""
 
 
+class LifecycleHost(Protocol):
+    """What the lifecycle uses of its broker node (server/nodes/broker.py), and nothing
+    more: the node composes a lifecycle, the lifecycle never imports the node."""
+
+    config: ServerConfig
+    cluster_id: str
+    directory_id: uuid.UUID | None
+    port: int
+    bound_ports: dict[str, int]
+    raft_driver: RaftDriver | None
+    was_member: bool
+    supported_node_features: NodeFeatures
+
+    @property
+    def state(self) -> ControllerState | None: ...
+
+    def controller_peer(self, node_id: int | None) -> PeerConnection | None: ...
+
+    def software_range(self, api_key: int) -> tuple[int, int]: ...
+
+    def unsupported_reasons(self) -> list[str]: ...
+
+    def last_applied_offset(self) -> int: ...
+
+    async def wait_metadata_known(self) -> None: ...
+
+
 class BrokerLifecycle:
-    def __init__(self, node: BrokerNode, rng: random.Random) -> None:
+    def __init__(self, node: LifecycleHost, rng: random.Random) -> None:
         self.node = node
         self._rng = rng
         self.incarnation_id = uuid.uuid4()
@@ -204,11 +232,9 @@ class BrokerLifecycle:
     def _registration_body(self) -> dict:
         node = self.node
         config = node.config
-        from server.config import SECURITY_PROTOCOL_IDS
-
         # Every client listener, advertised addresses first (Kafka's BrokerRegistration
         # lists them all; Metadata answers each client on the listener it came in on).
-        bound = getattr(node, "bound_ports", {}) or {}
+        bound = node.bound_ports
         advertised = {item.name: item for item in config.advertised_listeners}
         listeners = []
         for item in config.listeners:

@@ -2,8 +2,9 @@
 
 Owns: `ControllerConfig`, `ControllerResult`, `HeartbeatUpdate` and one function
 per controller operation (UpdateFeatures, BrokerRegistration, BrokerHeartbeat,
-UnregisterBroker, session expiry, bootstrap), plus the read-only views the
-ApiVersions / DescribeCluster / Metadata handlers need.
+UnregisterBroker, session expiry, bootstrap), plus read-only views of the image
+(`registered_brokers`, `finalized_features_for_api_versions`). Topic, ACL and
+SCRAM commands live in `topics`, `acl_commands` and `scram_commands`.
 
 Rules kept here:
 - Commands never mutate `ControllerState` or `BrokerHeartbeatTracker`. The
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from protocol import metadata_records as mr
 from protocol.errors import ErrorCode
@@ -45,6 +46,7 @@ from server.controller.state import (
     BrokerRegistration,
     ControllerState,
 )
+from server.values import BrokerEpoch, NodeId, Offset
 
 # UpdateFeatures UpgradeType values (Kafka's FeatureUpdate.UpgradeType).
 UPGRADE = 1
@@ -56,14 +58,14 @@ UPDATE_FAILED_PREFIX = "The update failed for all features since the following f
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    node_id: int
+    node_id: NodeId
     cluster_id: str
     supported_features: NodeFeatures = field(default_factory=lambda: ft.local_supported_features(False))
     session_timeout_ms: int = 9000
-    # Voters other than this node. Kafka checks their registrations before finalizing
-    # a feature once metadata.version >= 3.7-IV0; controller registration is not
-    # modelled yet, so this is carried but not enforced (see update_features).
-    quorum_node_ids: tuple[int, ...] = ()
+    # Voters other than this node. The commands do not read it: `update_features` checks
+    # the other controllers through its `quorum_features` argument, which the caller
+    # builds for these ids (pipeline/fake_fleet.py does so from this field).
+    quorum_node_ids: tuple[NodeId, ...] = ()
     # KIP-866: this controller runs a ZooKeeper migration (kafka.metadata.migration.enable).
     migration_enabled: bool = False
 
@@ -72,8 +74,8 @@ class ControllerConfig:
 class HeartbeatUpdate:
     """Tell the loop to record a broker's contact in the `BrokerHeartbeatTracker`."""
 
-    broker_id: int
-    broker_epoch: int
+    broker_id: NodeId
+    broker_epoch: BrokerEpoch
     contact_ms: int
 
     def apply(self, tracker: BrokerHeartbeatTracker) -> None:
@@ -143,7 +145,7 @@ def _check_feature_update(
     level: int,
     upgrade_type: int,
     proposed: Mapping[str, int],
-    quorum_features: Mapping[int, NodeFeatures | None] | None = None,
+    quorum_features: Mapping[NodeId, NodeFeatures | None] | None = None,
 ) -> tuple[str | None, MetadataRecord | None]:
     """(error message, record to write) for one update, in Kafka's check order."""
     if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
@@ -248,7 +250,7 @@ def update_features(
     request: Any,
     api_version: int,
     config: ControllerConfig,
-    quorum_features: Mapping[int, NodeFeatures | None] | None = None,
+    quorum_features: Mapping[NodeId, NodeFeatures | None] | None = None,
 ) -> ControllerResult:
     """UpdateFeatures v0-2, Kafka's QuorumController/FeatureControlManager semantics.
 
@@ -267,7 +269,8 @@ def update_features(
     for name in names:
         if name in seen:
             # Kafka's controller keeps the last of duplicate entries in a HashMap; we
-            # refuse the request instead, as the brief asks (not pinned to Kafka code).
+            # refuse the request instead, because two levels for one feature leave the
+            # operator's intent ambiguous (a deliberate difference from Kafka).
             message = f"Duplicate feature update for {name}."
             return ControllerResult([], _update_features_response(api_version, ErrorCode.INVALID_REQUEST, message, []), error_message=message)
         seen.add(name)
@@ -366,7 +369,7 @@ def register_broker(
     request: Any,
     api_version: int,
     now_ms: int,
-    next_offset: int,
+    next_offset: Offset,
     config: ControllerConfig,
 ) -> ControllerResult:
     """BrokerRegistration v0-4 (Kafka's ClusterControlManager.registerBroker).
@@ -661,7 +664,7 @@ def fence_expired_brokers(
     ZooKeeper-mode brokers of a migration never heartbeat: their liveness is their
     ZooKeeper session, followed by the migration driver (server/migration/brokers.py)."""
     records: list[MetadataRecord] = []
-    fenced_ids: list[int] = []
+    fenced_ids: list[NodeId] = []
     for broker_id in sorted(state.brokers):
         registration = state.brokers[broker_id]
         if registration.fenced or registration.is_migrating_zk_broker:
@@ -720,14 +723,6 @@ def finalized_features_for_api_versions(state: ControllerState) -> list[dict[str
     return entries
 
 
-def supported_features_for_api_versions(config: ControllerConfig) -> list[dict[str, Any]]:
-    """ApiVersions SupportedFeatures entries of this controller, sorted by name."""
-    return [
-        {"name": name, "min_version": r.min_level, "max_version": r.max_level}
-        for name, r in sorted(config.supported_features.items())
-    ]
-
-
 def registered_brokers(state: ControllerState, include_fenced: bool = False) -> list[BrokerRegistration]:
     """Registered brokers by id; DescribeCluster and Metadata list only unfenced ones
     (Kafka lists brokers that are not fenced), so fenced ones are opt-in."""
@@ -736,25 +731,3 @@ def registered_brokers(state: ControllerState, include_fenced: bool = False) -> 
         for broker_id in sorted(state.brokers)
         if include_fenced or not state.brokers[broker_id].fenced
     ]
-
-
-def apply_result(
-    state: ControllerState,
-    tracker: BrokerHeartbeatTracker,
-    result: ControllerResult,
-    first_offset: int,
-) -> int:
-    """What the loop does after appending `result.records` at consecutive offsets from
-    `first_offset`: replay them, then record the heartbeat. Returns the next offset.
-    Kept here so tests and the loop share one definition."""
-    offset = first_offset
-    for item in result.records:
-        state.replay(item, offset)
-        offset += 1
-    if result.heartbeat is not None:
-        result.heartbeat.apply(tracker)
-    return offset
-
-
-def records_with_offsets(records: Iterable[MetadataRecord], first_offset: int) -> list[tuple[MetadataRecord, int]]:
-    return [(item, first_offset + index) for index, item in enumerate(records)]

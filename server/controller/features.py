@@ -122,10 +122,6 @@ def is_lossless_downgrade(from_level: int, to_level: int) -> bool:
     return not any(_BY_LEVEL[level].did_metadata_change for level in range(to_level + 1, from_level + 1))
 
 
-def no_op_record_supported(mv_level: int) -> bool:
-    return mv_level >= IBP_3_3_IV1
-
-
 def broker_registration_change_record_supported(mv_level: int) -> bool:
     return mv_level >= IBP_3_3_IV2
 
@@ -147,16 +143,6 @@ def register_broker_record_version(mv_level: int) -> int:
     if directory_assignment_supported(mv_level):
         return 3
     if mv_level >= IBP_3_4_IV0:
-        return 2
-    if in_controlled_shutdown_state_supported(mv_level):
-        return 1
-    return 0
-
-
-def broker_registration_change_record_version(mv_level: int) -> int:
-    """Highest BrokerRegistrationChangeRecord version readable at this metadata.version:
-    v1 adds InControlledShutdown (3.3-IV3), v2 adds LogDirs (3.7-IV2)."""
-    if directory_assignment_supported(mv_level):
         return 2
     if in_controlled_shutdown_state_supported(mv_level):
         return 1

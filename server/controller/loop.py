@@ -13,10 +13,11 @@ controller (the Raft leader), and the commit rule
 Tasks and their single writers:
 - the command task: the only writer of the speculative state;
 - the committer: proposes batches and waits for their commit;
-- the replay task: the only writer of the committed state (`self.state`). It
-  replays every committed batch, on the leader and on standbys alike, and
-  loads snapshots installed from the leader: the same `replay` path as
-  start-up.
+- the replay task (`Replayer`, server/controller/replayer.py, shared with the
+  broker): the only writer of the committed state (`self.state`). It replays
+  every committed batch, on the leader and on standbys alike, and loads
+  snapshots installed from the leader: the same `replay` path as start-up. It
+  answers the in-flight commands once their batch is replayed.
 - the leadership task: activates the controller once this node leads and has
   replayed everything committed before its epoch (writing the bootstrap
   records on a brand-new cluster), and deactivates it when leadership ends.
@@ -38,7 +39,7 @@ Rules kept here:
   disk failed, those queued behind it, and every command until the disk is
   back. The committed state stays what it was, so reads go on.
 - KIP-778: replaying a finalized level this node's software cannot run is
-  fatal; an active controller resigns first.
+  fatal (the replayer's check); an active controller resigns first.
 - While a metadata transaction is open in the speculative state (KIP-868; the
   ZooKeeper migration's copy), only commands submitted as `transactional` run;
   the others are held, in order, until the transaction ends or is aborted, so no
@@ -48,23 +49,18 @@ Rules kept here:
 from __future__ import annotations
 
 import time
-from typing import Awaitable, Callable
+from typing import Callable
 
 import trio
 
-from protocol.records import MetadataRecord, decode_metadata_record, encode_metadata_record
+from protocol.records import MetadataRecord, encode_metadata_record
 from server.controller.commands import ControllerResult
-from server.controller.features import (
-    METADATA_VERSION,
-    NodeFeatures,
-    is_lossless_downgrade,
-    unsupported_finalized_levels,
-)
-from server.controller.snapshot import load_snapshot
+from server.controller.replayer import Replayer
+# Re-exported: a node stopped by the replayer's KIP-778 check is reported as a stop
+# of its controller loop, which is where callers look for it.
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.observability import Event, get_logger
-from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, SnapshotLoaded, StorageFailedError
-from server.storage.snapshot import read_snapshot
+from server.raft.driver import CommittedBatch, NotLeaderError, RaftDriver, StorageFailedError
 
 Command = Callable[[ControllerState, BrokerHeartbeatTracker, int, int], ControllerResult]
 
@@ -113,10 +109,6 @@ class WritesBlockedError(Exception):
     too far behind or unreachable during a migration's dual writes). Retriable."""
 
 
-class UnsupportedFinalizedLevelError(Exception):
-    """KIP-778: the quorum finalized a level this node's software cannot run."""
-
-
 class _Reply:
     __slots__ = ("event", "result", "error")
 
@@ -150,36 +142,23 @@ class ControllerLoop:
     def __init__(
         self,
         driver: RaftDriver,
-        state: ControllerState,
-        replay_from_offset: int,
+        replayer: Replayer,
         tracker: BrokerHeartbeatTracker,
-        supported_features: NodeFeatures,
         queue_max_commands: int,
         bootstrap_records: Callable[[], list[MetadataRecord] | None] = lambda: None,
-        on_commit: Callable[[list[MetadataRecord], int], None] | None = None,
-        after_replay: Callable[[CommittedBatch], object] | None = None,
         group_commit: bool = True,
         max_batch_records: int = DEFAULT_MAX_BATCH_RECORDS,
-        stop_on_unsupported_level: bool = True,
-        snapshot_at: Callable[[ControllerState, int, int, int, bool], Awaitable[None]] | None = None,
     ) -> None:
         self.driver = driver
-        self.state = state  # committed: what readers see (replaced when a snapshot is loaded)
+        # The replay task: the only writer of the committed state. It answers in-flight
+        # commands as soon as their batch is replayed.
+        self.replayer = replayer
+        replayer.serve_commands(self._answer_replayed, lambda: self.active)
         self._speculative: ControllerState | None = None
         self.tracker = tracker
-        self.supported_features = supported_features
-        # False for a broker's replayer: the broker decides (it may be waiting to register).
-        self.stop_on_unsupported_level = stop_on_unsupported_level
-        # KIP-778: snapshot(state, end offset, epoch, timestamp, compact) just before a
-        # metadata.version change (a rollback point, the log kept), and just after a lossy
-        # downgrade (the state at the new level; the log before it goes, so that older
-        # software never reads records it cannot).
-        self._snapshot_at = snapshot_at
         self.group_commit = group_commit
         self.max_batch_records = max_batch_records
         self._bootstrap_records = bootstrap_records
-        self._on_commit = on_commit
-        self._after_replay = after_replay
         self._send, self._receive = trio.open_memory_channel(queue_max_commands)
         self._pending: list[_Entry] = []
         self._in_flight: list[_Entry] = []
@@ -192,14 +171,10 @@ class ControllerLoop:
         self._next_offset = 0
         self.active = False
         self.active_epoch = -1
-        # Everything below this offset is replayed into `state` (control batches included).
-        self.replayed_end_offset = replay_from_offset
-        self._replayed = trio.Event()
         self._activated = trio.Event()
         self._deactivated = trio.Event()
         self._deactivated.set()
-        # Counters for benchmarks, metrics and the snapshot interval.
-        self.replayed_bytes = 0
+        # Counters for benchmarks and metrics.
         self.proposals = 0
         self.committed_records = 0
 
@@ -230,85 +205,29 @@ class ControllerLoop:
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._replay)
+            nursery.start_soon(self.replayer.run)
             nursery.start_soon(self._follow_leadership)
             nursery.start_soon(self._committer)
             task_status.started()
             await self._run_commands()
 
-    # -- the replay task: sole writer of the committed state ----------------------------
-    async def _replay(self) -> None:
-        reader = self.driver.committed_reader(self.replayed_end_offset)
-        while True:
-            items = await reader.next()
-            if not self.active:
-                # A standby learns of commits from the Fetch answer that also brought the
-                # next records: let the driver's next Fetch leave first (woken in the same
-                # scheduling round), so that replaying here does not delay the commit.
-                await trio.lowlevel.checkpoint()
-            for item in items:
-                if isinstance(item, SnapshotLoaded):
-                    contents = await trio.to_thread.run_sync(read_snapshot, item.path)
-                    self.state = load_snapshot(contents.records, item.snapshot_id.end_offset, self.state.cluster_id)
-                    self.replayed_end_offset = item.snapshot_id.end_offset
-                    log.info(Event.RECOVERED_FROM_SNAPSHOT, snapshot_end_offset=item.snapshot_id.end_offset,
-                             snapshot_epoch=item.snapshot_id.epoch, last_applied_offset=self.state.last_applied_offset)
-                    continue
-                if item.control_type is None:
-                    records = [decode_metadata_record(value) for value in item.values]
-                    before = self.state.metadata_version
-                    changes = self._snapshot_at is not None and before is not None and any(
-                        r.name == "FeatureLevelRecord" and r.data["name"] == METADATA_VERSION
-                        and r.data["feature_level"] != before for r in records)
-                    if changes:
-                        # KIP-778: the state just before the metadata.version change. Snapshots
-                        # end at batch boundaries (a batch commits atomically, so no committed
-                        # state lies inside one, and a fetcher can continue right after it).
-                        await self._snapshot_at(self.state, item.base_offset, item.epoch, item.timestamp_ms, False)
-                    for index, record in enumerate(records):
-                        self.state.replay(record, item.base_offset + index)
-                    after = self.state.metadata_version
-                    if changes and after < before and not is_lossless_downgrade(before, after):
-                        # After a lossy downgrade: the state at the new level, which older
-                        # software reads; records before it may be at versions it cannot.
-                        await self._snapshot_at(self.state, item.next_offset, item.epoch, item.timestamp_ms, True)
-                    self.replayed_bytes += sum(len(value) for value in item.values)
-                    if self.stop_on_unsupported_level:
-                        await self._check_supported(records)
-                    if self._on_commit is not None:
-                        self._on_commit(records, item.base_offset)
-                self.replayed_end_offset = item.next_offset
-                self._answer_replayed(item)
-                if self._after_replay is not None:
-                    await self._after_replay(item)
-            self._replayed.set()
-            self._replayed = trio.Event()
+    # -- the committed state, kept by the replayer -------------------------------------
+    @property
+    def state(self) -> ControllerState:
+        """The committed state: what readers see (replaced when a snapshot is loaded)."""
+        return self.replayer.state
 
-    async def _check_supported(self, records: list[MetadataRecord]) -> None:
-        if not any(record.name == "FeatureLevelRecord" for record in records):
-            return
-        reasons = unsupported_finalized_levels(self.state.all_finalized_levels(), self.supported_features)
-        if not reasons:
-            return
-        message = "; ".join(reasons)
-        log.critical(Event.CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL, reasons=reasons)
-        if self.driver.is_leader:
-            await self.driver.resign()
-        raise UnsupportedFinalizedLevelError(
-            f"the quorum finalized levels this controller cannot run: {message}; stopping (KIP-778). "
-            "Run a release that supports them.")
-
-    async def _wait_replayed(self, end_offset: int) -> None:
-        while self.replayed_end_offset < end_offset:
-            await self._replayed.wait()
+    @property
+    def replayed_end_offset(self) -> int:
+        return self.replayer.replayed_end_offset
 
     async def wait_replayed(self, end_offset: int) -> None:
         """Until everything below `end_offset` is in the committed state."""
-        await self._wait_replayed(end_offset)
+        await self.replayer.wait_replayed(end_offset)
 
     def _answer_replayed(self, item: CommittedBatch) -> None:
         """Answers the in-flight commands once their batch is replayed, from the replay task
-        itself: the committer, which also answers them after `_wait_replayed`, would add a
+        itself: the committer, which also answers them after `wait_replayed`, would add a
         task switch to every write's reply. The batch is ours only if it carries the epoch
         it was proposed in (a later leader may have written other records at its offsets)."""
         mark = self._in_flight_mark
@@ -332,7 +251,7 @@ class ControllerLoop:
     async def _activate(self, epoch: int) -> None:
         driver = self.driver
         # Everything committed before this epoch must be in the committed state first.
-        await self._wait_replayed(driver.high_watermark)
+        await self.replayer.wait_replayed(driver.high_watermark)
         if not (driver.is_leader and driver.epoch == epoch):
             return
         if self.state.metadata_version is None:
@@ -343,7 +262,7 @@ class ControllerLoop:
                     await driver.wait_committed(base + len(records) - 1, proposed_epoch)
                 except NotLeaderError:
                     return
-                await self._wait_replayed(base + len(records))
+                await self.replayer.wait_replayed(base + len(records))
                 log.info(Event.BOOTSTRAPPED, metadata_version=self.state.metadata_version,
                          features=dict(self.state.finalized_levels))
         self._speculative = copy_state(self.state)
@@ -469,7 +388,7 @@ class ControllerLoop:
             last_offset = base_offset + len(values) - 1
             self._in_flight_mark = (epoch, last_offset + 1)
             await self.driver.wait_committed(last_offset, epoch)
-            await self._wait_replayed(last_offset + 1)
+            await self.replayer.wait_replayed(last_offset + 1)
             self.proposals += 1
             self.committed_records += len(values)
             log.debug(Event.RECORDS_COMMITTED, base_offset=base_offset, last_offset=last_offset,

@@ -62,7 +62,6 @@ from server.storage.snapshot import (
     CorruptSnapshotError,
     SnapshotConfig,
     SnapshotExistsError,
-    SnapshotId,
     SnapshotRecord,
     SnapshotWriter,
     delete_snapshots_before,
@@ -72,6 +71,7 @@ from server.storage.snapshot import (
     remove_partial_snapshots,
     snapshot_path,
 )
+from server.values import SnapshotId
 
 _log = get_logger("controller.snapshot")
 

@@ -33,12 +33,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
 from server.controller.downgrade import project_registration
 from server.security.model import AclEntry, ScramCredential, ScramMechanism
+from server.values import BrokerEpoch, LeaderEpoch, NodeId, Offset, ZkMigrationState
 from server.controller.features import (
     IBP_3_4_IV0,
     KRAFT_VERSION,
@@ -75,10 +76,10 @@ class BrokerRegistration:
     unfence a broker once it has caught up to `registration_offset`.
     """
 
-    broker_id: int
+    broker_id: NodeId
     incarnation_id: uuid.UUID
-    epoch: int
-    registration_offset: int
+    epoch: BrokerEpoch
+    registration_offset: Offset
     endpoints: tuple[BrokerEndpoint, ...]
     supported_features: Mapping[str, SupportedRange]
     rack: str | None
@@ -120,13 +121,13 @@ _EMPTY_MAPPING: Mapping = MappingProxyType({})
 class PartitionImage:
     """One partition as its latest PartitionRecord describes it."""
 
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader: int
-    leader_epoch: int
+    replicas: tuple[NodeId, ...]
+    isr: tuple[NodeId, ...]
+    leader: NodeId
+    leader_epoch: LeaderEpoch
     partition_epoch: int
-    removing_replicas: tuple[int, ...] = ()
-    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[NodeId, ...] = ()
+    adding_replicas: tuple[NodeId, ...] = ()
     leader_recovery_state: int = 0
     # PartitionRecord v1+ (metadata.version 3.7-IV2): the log directory of each replica.
     directories: tuple[uuid.UUID, ...] = ()
@@ -169,7 +170,7 @@ class _Image:
 
     finalized_levels: dict[str, int] = field(default_factory=dict)
     kraft_version: int = 0
-    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    brokers: dict[NodeId, BrokerRegistration] = field(default_factory=dict)
     # Derived from `brokers` (which broker registered each log directory), kept so a
     # registration checks its directories in O(its directories), not O(all brokers).
     directory_owners: dict = field(default_factory=dict, compare=False)
@@ -179,16 +180,16 @@ class _Image:
     configs: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)
     # Cache of the `topics()` view; None after any topic change.
     topics_view: Mapping[str, TopicImage] | None = None
-    # ZkMigrationStateRecord.ZkMigrationState (Kafka's values; 0 NONE when never written).
-    zk_migration_state: int = 0
-    # (user, mechanism) -> credential (UserScramCredentialRecord; issue 8).
+    # The last ZkMigrationStateRecord's value (NONE when never written).
+    zk_migration_state: ZkMigrationState = ZkMigrationState.NONE
+    # (user, mechanism) -> credential (UserScramCredentialRecord).
     scram: dict[tuple[str, int], ScramCredential] = field(default_factory=dict)
-    # ACL id -> entry (AccessControlEntryRecord; issue 8). The authorizer indexes them itself.
+    # ACL id -> entry (AccessControlEntryRecord). The authorizer indexes them itself.
     acls: dict[uuid.UUID, AclEntry] = field(default_factory=dict)
     # The offset of the last ACL record replayed (-1: none). In one committed history the
     # ACL set at a given stamp is always the same, so the authorizer rebuilds its index
     # only when this moves (an aborted transaction moves it back with the ACLs).
-    acls_changed_offset: int = -1
+    acls_changed_offset: Offset = -1
 
     def copy(self) -> "_Image":
         return _Image(
@@ -260,29 +261,28 @@ class ControllerState:
         return levels
 
     @property
-    def last_applied_offset(self) -> int:
+    def last_applied_offset(self) -> Offset:
         return self._last_applied_offset
 
     @property
-    def finalized_features_epoch(self) -> int:
+    def finalized_features_epoch(self) -> Offset:
         """Kafka's FinalizedFeaturesEpoch: the offset of the last applied record."""
         return self._last_applied_offset
 
     @property
-    def brokers(self) -> Mapping[int, BrokerRegistration]:
+    def brokers(self) -> Mapping[NodeId, BrokerRegistration]:
         return MappingProxyType(self._image.brokers)
 
-    def directory_owner(self, directory) -> int | None:
+    def directory_owner(self, directory) -> NodeId | None:
         """The broker that registered log directory `directory`, if any."""
         return self._image.directory_owners.get(directory)
 
-    def broker(self, broker_id: int) -> BrokerRegistration | None:
+    def broker(self, broker_id: NodeId) -> BrokerRegistration | None:
         return self._image.brokers.get(broker_id)
 
     @property
-    def zk_migration_state(self) -> int:
-        """The last ZkMigrationStateRecord's value (Kafka's ZkMigrationState: 0 NONE,
-        1 MIGRATION, 2 PRE_MIGRATION, 3 POST_MIGRATION, 4 ZK); 0 when none was written."""
+    def zk_migration_state(self) -> ZkMigrationState:
+        """The last ZkMigrationStateRecord's value; NONE when none was written."""
         return self._image.zk_migration_state
 
     def topics(self) -> Mapping[str, TopicImage]:
@@ -324,7 +324,7 @@ class ControllerState:
         return MappingProxyType(self._image.acls)
 
     @property
-    def acls_changed_offset(self) -> int:
+    def acls_changed_offset(self) -> Offset:
         """The offset of the last ACL record applied (-1: none): a cheap change stamp."""
         return self._image.acls_changed_offset
 
@@ -333,7 +333,7 @@ class ControllerState:
         return self._transaction_start is not None
 
     @property
-    def transaction_start_offset(self) -> int | None:
+    def transaction_start_offset(self) -> Offset | None:
         return self._transaction_start
 
     def snapshot(self) -> dict[str, Any]:
@@ -364,7 +364,7 @@ class ControllerState:
 
     # ---- the one mutation path ---------------------------------------------
 
-    def replay(self, record: MetadataRecord, offset: int) -> None:
+    def replay(self, record: MetadataRecord, offset: Offset) -> None:
         """Apply one committed record at `offset`. Offsets must increase."""
         if offset <= self._last_applied_offset:
             raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
@@ -377,11 +377,7 @@ class ControllerState:
         handler(self, record.data, offset)
         self._last_applied_offset = offset
 
-    def replay_all(self, records: Iterable[tuple[MetadataRecord, int]]) -> None:
-        for record, offset in records:
-            self.replay(record, offset)
-
-    def replay_kraft_version(self, level: int, offset: int) -> None:
+    def replay_kraft_version(self, level: int, offset: Offset) -> None:
         """Apply the raft layer's KRaftVersion control record. kraft.version is not a
         FeatureLevelRecord (KAFKA-18979), but the controller checks registrations
         against it and reports it in ApiVersions."""
@@ -425,7 +421,7 @@ class ControllerState:
                 brokers[broker_id] = projected
         if from_level >= IBP_3_4_IV0 > to_level:
             # ZkMigrationStateRecord came with 3.4-IV0: below it there is no migration state.
-            self._image.zk_migration_state = 0
+            self._image.zk_migration_state = ZkMigrationState.NONE
         if from_level >= SCRAM_IN_METADATA_LEVEL > to_level and self._image.scram:
             # UserScramCredentialRecord came with 3.5-IV2: below it the log keeps no SCRAM user
             # (server/controller/downgrade.py lists it, so the dry run says so first).
@@ -592,9 +588,12 @@ class ControllerState:
 
     def _replay_zk_migration_state(self, data: Any, offset: int) -> None:
         value = _get(data, "zk_migration_state")
-        if value not in (0, 1, 2, 3, 4):
-            raise ReplayError(f"ZkMigrationStateRecord at {offset}: unknown state {value}")
-        self._image.zk_migration_state = value
+        try:
+            state = ZkMigrationState(value)
+        except ValueError:
+            # Kafka's ZK (4) is never persisted, so it is as unknown here as any other value.
+            raise ReplayError(f"ZkMigrationStateRecord at {offset}: unknown state {value}") from None
+        self._image.zk_migration_state = state
 
     def _replay_begin_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is not None:
@@ -692,7 +691,8 @@ class BrokerHeartbeatTracker:
         if session_timeout_ms <= 0:
             raise ValueError("session_timeout_ms must be positive")
         self.session_timeout_ms = session_timeout_ms
-        self._contact_ms: dict[int, tuple[int, int]] = {}
+        # broker id -> (broker epoch, last contact in ms)
+        self._contact_ms: dict[NodeId, tuple[BrokerEpoch, int]] = {}
 
     def activate(self, state: ControllerState, now_ms: int) -> None:
         """Forget everything and start a session now for every unfenced broker."""
@@ -701,27 +701,27 @@ class BrokerHeartbeatTracker:
             if not registration.fenced:
                 self._contact_ms[registration.broker_id] = (registration.epoch, now_ms)
 
-    def update_contact(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+    def update_contact(self, broker_id: NodeId, broker_epoch: BrokerEpoch, now_ms: int) -> None:
         previous = self._contact_ms.get(broker_id)
         if previous is not None and previous[0] == broker_epoch and previous[1] > now_ms:
             return  # never move a session backwards in time
         self._contact_ms[broker_id] = (broker_epoch, now_ms)
 
-    def remove(self, broker_id: int) -> None:
+    def remove(self, broker_id: NodeId) -> None:
         self._contact_ms.pop(broker_id, None)
 
-    def contact_ms(self, broker_id: int, broker_epoch: int) -> int | None:
+    def contact_ms(self, broker_id: NodeId, broker_epoch: BrokerEpoch) -> int | None:
         entry = self._contact_ms.get(broker_id)
         if entry is None or entry[0] != broker_epoch:
             return None
         return entry[1]
 
-    def is_expired(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+    def is_expired(self, broker_id: NodeId, broker_epoch: BrokerEpoch, now_ms: int) -> bool:
         """True when the broker has a session for this epoch and it ran out. A broker
         never heard from has no session to expire (Kafka's tracker behaves the same)."""
         contact = self.contact_ms(broker_id, broker_epoch)
         return contact is not None and now_ms - contact > self.session_timeout_ms
 
-    def has_valid_session(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+    def has_valid_session(self, broker_id: NodeId, broker_epoch: BrokerEpoch, now_ms: int) -> bool:
         contact = self.contact_ms(broker_id, broker_epoch)
         return contact is not None and now_ms - contact <= self.session_timeout_ms

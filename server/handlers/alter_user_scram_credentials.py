@@ -9,6 +9,7 @@ NOT_CONTROLLER for every user so clients go to the leader; brokers forward the r
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.api.context import ControllerWrites
 from server.controller import scram_commands
 from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
@@ -31,12 +32,9 @@ def error_response(request, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: scram_commands.alter_user_scram_credentials(state, request),
-        lambda code, message: error_response(request, code, message))
-    if refusal is not None:
-        return refusal
+    services: ControllerWrites = ctx.services
+    result = await submit_write(services, lambda state, tracker, next_offset, now_ms: (
+        scram_commands.alter_user_scram_credentials(state, request)))
     response = result.response
     log.info(Event.SCRAM_CREDENTIALS_ALTERED, client_id=ctx.client_id, principal=str(ctx.principal),
              altered=scram_commands.altered_summary(request, response),

@@ -13,46 +13,47 @@ from __future__ import annotations
 import re
 
 from protocol.errors import ErrorCode
+from server.api.context import FeatureViews, NodeServices
 
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def handle(ctx, request):
-    node = ctx.node
+    services: NodeServices = ctx.services
     version = ctx.api_version
     if version >= 3:
         name = request.client_software_name
         software_version = request.client_software_version
         if not (SOFTWARE_PATTERN.fullmatch(name) and SOFTWARE_PATTERN.fullmatch(software_version)):
-            api = node.served_apis[18]
+            api = services.served_apis[18]
             return {
                 "error_code": ErrorCode.INVALID_REQUEST,
                 "api_keys": [{"api_key": 18, "min_version": api.min_version, "max_version": api.max_version}],
             }
         ctx.connection.client_software = (name, software_version)
-    return node.api_versions_body(version)
+    return services.api_versions_body(version)
 
 
-def build_body(node, version: int) -> dict:
+def build_body(views: FeatureViews, version: int) -> dict:
     # KIP-778: only the versions the finalized metadata.version allows (server/gating.py).
     api_keys = [
         {"api_key": api_key, "min_version": min_version, "max_version": max_version}
-        for api_key, (min_version, max_version) in sorted(node.advertised_ranges().items())
+        for api_key, (min_version, max_version) in sorted(views.advertised_ranges().items())
     ]
     body = {"error_code": ErrorCode.NONE, "api_keys": api_keys, "throttle_time_ms": 0}
     if version >= 3:
         supported = []
-        for name, (min_level, max_level) in sorted(node.supported_features().items()):
+        for name, (min_level, max_level) in sorted(views.supported_features().items()):
             # KAFKA-17011: before v4, a minimum of 0 confuses old clients, so
             # such features are left out.
             if version < 4 and min_level == 0:
                 continue
             supported.append({"name": name, "min_version": min_level, "max_version": max_level})
         body["supported_features"] = supported
-        body["finalized_features_epoch"] = node.finalized_features_epoch()
+        body["finalized_features_epoch"] = views.finalized_features_epoch()
         body["finalized_features"] = [
             {"name": name, "max_version_level": level, "min_version_level": level}
-            for name, level in sorted(node.finalized_levels().items())
+            for name, level in sorted(views.finalized_levels().items())
             if level > 0 or name == "metadata.version"
         ]
         body["zk_migration_ready"] = False

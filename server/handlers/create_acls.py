@@ -10,6 +10,8 @@ every creation, so admin clients go to the leader; brokers forward the request
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.api.context import ControllerServices
+from server.api.errors import ApiError
 from server.controller import acl_commands
 from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
@@ -25,14 +27,11 @@ def error_response(request, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
-    if node.authorizer is None:
-        return error_response(request, ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: acl_commands.create_acls(state, request, next_offset),
-        lambda code, message: error_response(request, code, message))
-    if refusal is not None:
-        return refusal
+    services: ControllerServices = ctx.services
+    if services.authorizer is None:
+        raise ApiError(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: acl_commands.create_acls(state, request, next_offset))
     results = result.response["results"]
     log.info(Event.ACLS_CREATED, principal=str(ctx.principal), client_id=ctx.client_id,
              created=len(result.records), requested=len(results),

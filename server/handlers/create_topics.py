@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import uuid
 
+from server.api.context import ControllerServices
 from server.controller import topics
 from server.handlers.writes import submit_write
-from server.observability import get_logger
+from server.observability import Event, get_logger
 from server.security import item_checks
 
 log = get_logger("controller")
@@ -40,19 +41,17 @@ def error_response(request, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
+    services: ControllerServices = ctx.services
     version = ctx.api_version
-    defaults = topic_defaults(node.config.extra)
-    # Issue 8: topics the principal may not create are answered here, the rest go on.
+    defaults = topic_defaults(services.config.extra)
+    # topics the principal may not create are answered here, the rest go on.
     authorized, refused = item_checks.create_topics(ctx, request)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: topics.create_topics(
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: topics.create_topics(
             state, authorized, version, uuid.uuid4, defaults),
-        lambda code, message: error_response(request, code, message), gated=not request.validate_only)
-    if refusal is not None:
-        return refusal
+        gated=not request.validate_only)
     failed = {t["name"]: t["error_code"] for t in result.response["topics"] if t["error_code"]}
-    log.info("controller.topics_created", client_id=ctx.client_id,
+    log.info(Event.TOPICS_CREATED, client_id=ctx.client_id,
              created=[t["name"] for t in result.response["topics"] if not t["error_code"]],
              failed=failed, validate_only=bool(request.validate_only))
     if refused:

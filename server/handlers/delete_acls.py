@@ -9,6 +9,8 @@ NOT_CONTROLLER for every filter; brokers forward the request (handlers/forwarded
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.api.context import ControllerServices
+from server.api.errors import ApiError
 from server.controller import acl_commands
 from server.handlers.create_acls import SECURITY_DISABLED_MESSAGE
 from server.handlers.writes import submit_write
@@ -23,14 +25,11 @@ def error_response(request, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
-    if node.authorizer is None:
-        return error_response(request, ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: acl_commands.delete_acls(state, request, next_offset),
-        lambda code, message: error_response(request, code, message))
-    if refusal is not None:
-        return refusal
+    services: ControllerServices = ctx.services
+    if services.authorizer is None:
+        raise ApiError(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: acl_commands.delete_acls(state, request, next_offset))
     log.info(Event.ACLS_DELETED, principal=str(ctx.principal), client_id=ctx.client_id,
              deleted=len(result.records),
              failed=[r["error_message"] for r in result.response["filter_results"] if r["error_code"]])

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import uuid
 
+from server.api.context import ControllerWrites
 from server.controller import topics
 from server.handlers.writes import submit_write
-from server.observability import get_logger
+from server.observability import Event, get_logger
 from server.security import item_checks
 
 log = get_logger("controller")
@@ -28,16 +29,13 @@ def error_response(request, version: int, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
+    services: ControllerWrites = ctx.services
     version = ctx.api_version
-    # Issue 8: topics the principal may not delete are answered here, the rest go on.
+    # topics the principal may not delete are answered here, the rest go on.
     authorized, refused = item_checks.delete_topics(ctx, request, version)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, authorized, version),
-        lambda code, message: error_response(request, version, code, message))
-    if refusal is not None:
-        return refusal
-    log.info("controller.topics_deleted", client_id=ctx.client_id,
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: topics.delete_topics(state, authorized, version))
+    log.info(Event.TOPICS_DELETED, client_id=ctx.client_id,
              deleted=[r["name"] for r in result.response["responses"] if not r["error_code"]],
              failed={str(r["name"] or r["topic_id"]): r["error_code"]
                      for r in result.response["responses"] if r["error_code"]})

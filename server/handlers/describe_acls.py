@@ -8,13 +8,14 @@ before (server/security/api_rules.py).
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.api.context import ServingServices
+from server.api.errors import ApiError
 from server.controller import acl_commands
 from server.handlers.create_acls import SECURITY_DISABLED_MESSAGE
 
 
 def handle(ctx, request):
-    node = ctx.node
-    if node.authorizer is None:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.SECURITY_DISABLED,
-                "error_message": SECURITY_DISABLED_MESSAGE, "resources": []}
-    return acl_commands.describe_acls(node.state, request)
+    services: ServingServices = ctx.services
+    if services.authorizer is None:
+        raise ApiError(ErrorCode.SECURITY_DISABLED, SECURITY_DISABLED_MESSAGE)
+    return acl_commands.describe_acls(services.image, request)

@@ -7,14 +7,16 @@ fetched yet, as in Kafka).
 
 from __future__ import annotations
 
+from server.api.context import MetadataImage
 from server.controller import topics
 from server.security import item_checks
 
 
 def handle(ctx, request):
-    # Issue 8: resources the principal may not describe are answered with an error.
+    services: MetadataImage = ctx.services
+    # resources the principal may not describe are answered with an error.
     authorized, refused = item_checks.config_resources(ctx, request, alter=False)
-    response = topics.describe_configs(ctx.node.state, authorized, ctx.api_version)
+    response = topics.describe_configs(services.image, authorized, ctx.api_version)
     if refused:
         response["results"] = refused + response["results"]
     return response

@@ -8,33 +8,32 @@ the leader, and a broker forwards the request there.
 from __future__ import annotations
 
 from protocol.errors import ErrorCode
+from server.api.context import ControllerServices
 from server.migration.state import ZkMigrationState
 
 
 def handle(ctx, request):
-    node = ctx.node
-    controller = node.controller
-    if controller is None or not controller.active:
-        return {"error_code": ErrorCode.NOT_CONTROLLER, "controller_id": node.active_controller_id(),
+    services: ControllerServices = ctx.services
+    if not services.is_active_controller():
+        return {"error_code": ErrorCode.NOT_CONTROLLER, "controller_id": services.active_controller_id(),
                 "error_message": "This node is not the active controller."}
-    state = node.state
+    state = services.image
     recorded = ZkMigrationState(state.zk_migration_state)
     kraft_brokers = sorted(b.broker_id for b in state.brokers.values() if not b.is_migrating_zk_broker)
+    status = services.migration_status()
     response = {
         "error_code": ErrorCode.NONE,
-        "controller_id": node.config.node_id,
-        "migration_state": node.migration_kip_state(),
+        "controller_id": services.node_id,
+        "migration_state": services.migration_kip_state(),
         "zk_migration_state": int(recorded),
-        "migration_enabled": node.migration is not None,
+        "migration_enabled": status is not None,
         "kraft_brokers": kraft_brokers,
     }
-    migration = node.migration
-    if migration is not None:
-        status = migration.status
+    if status is not None:
         zk_brokers = sorted(set(status.zk_broker_ids) | {
             b.broker_id for b in state.brokers.values() if b.is_migrating_zk_broker and not b.fenced})
         response.update({
-            "zk_write_behind_lag": migration.write_lag(),
+            "zk_write_behind_lag": services.migration_write_lag(),
             "zk_last_offset": status.zk_last_offset,
             "zk_controller_epoch": status.zk_controller_epoch,
             "writes_blocked": status.writes_blocked,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import trio
 
 from protocol.errors import ErrorCode
+from server.api.context import ControllerServices
 from server.client import ClientError, KafkaClient
 from server.security.client_config import ClientSecurity
 
@@ -20,11 +21,10 @@ FORWARD_TIMEOUT_S = 1.0
 
 
 async def handle(ctx, request):
-    node = ctx.node
-    driver = node.raft_driver
-    leader_id = node.active_controller_id()
-    if not driver.is_leader and leader_id >= 0 and leader_id != node.config.node_id:
-        forwarded = await _forward(node, leader_id, request, ctx.api_version)
+    services: ControllerServices = ctx.services
+    leader_id = services.active_controller_id()
+    if not services.is_quorum_leader() and leader_id >= 0 and leader_id != services.node_id:
+        forwarded = await _forward(services, leader_id, request, ctx.api_version)
         if forwarded is not None:
             return forwarded
     topics = []
@@ -39,15 +39,15 @@ async def handle(ctx, request):
                     "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
                 })
                 continue
-            partitions.append(node.quorum_partition_state())
+            partitions.append(services.quorum_partition_state())
         topics.append({"topic_name": topic.topic_name, "partitions": partitions})
     body = {"error_code": ErrorCode.NONE, "error_message": None, "topics": topics}
     if ctx.api_version >= 2:
-        body["nodes"] = node.quorum_nodes()
+        body["nodes"] = services.quorum_nodes()
     return body
 
 
-async def _forward(node, leader_id: int, request, version: int):
+async def _forward(services: ControllerServices, leader_id: int, request, version: int):
     """The leader's answer to the same request, or None if it cannot be had quickly.
 
     A connection of its own, not the Raft peer connection: that one carries this
@@ -55,14 +55,14 @@ async def _forward(node, leader_id: int, request, version: int):
     and answers on one connection leave in order. A dead leader (just after a
     failover, before the election) is given up on after FORWARD_TIMEOUT_S; the
     caller then answers locally with NOT_LEADER_OR_FOLLOWER, which clients retry."""
-    address = next((v for v in node.voters if v.node_id == leader_id), None)
+    address = next((v for v in services.voters if v.node_id == leader_id), None)
     if address is None:
         return None
     try:
         with trio.fail_after(FORWARD_TIMEOUT_S):
             async with await KafkaClient.connect(address.host, address.port,
-                                                 client_id=f"kraftwerk-controller-{node.config.node_id}",
-                                                 security=ClientSecurity.for_node(node.config)) as client:
+                                                 client_id=f"kraftwerk-controller-{services.node_id}",
+                                                 security=ClientSecurity.for_node(services.config)) as client:
                 return await client.request(55, version, request)
     except (ClientError, trio.TooSlowError):
         return None

@@ -7,8 +7,10 @@ brokers answer it from their metadata cache).
 
 from __future__ import annotations
 
+from server.api.context import MetadataImage
 from server.controller import scram_commands
 
 
 def handle(ctx, request):
-    return scram_commands.describe_user_scram_credentials(ctx.node.state, request)
+    services: MetadataImage = ctx.services
+    return scram_commands.describe_user_scram_credentials(services.image, request)

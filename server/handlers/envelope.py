@@ -1,13 +1,14 @@
 """Envelope (key 58, v0): a request a broker forwards on behalf of a client.
 
 The dispatcher has already authorized the Envelope itself as the forwarding broker
-(CLUSTER_ACTION on CLUSTER, server/security/api_rules.py). Here the request inside is
-decoded and served as if the client had sent it to this controller: the same version
-gate, the same authorizer check — as the client's principal and address — and the
-same handler. The inner response (header and body, no size prefix) goes back in
-ResponseData.
+(CLUSTER_ACTION on CLUSTER, its catalog entry). Here the request inside is decoded and
+served as if the client had sent it to this controller: the same version gate, the same
+authorizer check — as the client's principal and address — and the same handler; a
+handler's ApiError becomes the inner API's own error response. The inner response
+(header and body, no size prefix) goes back in ResponseData.
 
-Envelope-level errors (Kafka's): INVALID_REQUEST for an API a broker may not forward,
+Envelope-level errors (Kafka's): INVALID_REQUEST for an API brokers do not forward (the
+API catalog, server/api/catalog.py, says which they do),
 a version this controller does not serve, or an inner request that does not decode;
 PRINCIPAL_DESERIALIZATION_FAILURE when the principal or address does not decode.
 """
@@ -19,13 +20,10 @@ from io import BytesIO
 from protocol.errors import DecodeError, ErrorCode
 from protocol.header import REQUEST_HEADER, encode_response_header, peek_api
 from protocol.registry import api_name
+from server.api.context import ControllerServices, RequestContext
+from server.api.errors import ApiError
 from server.observability import Event, get_logger
-from server.security.envelope import (
-    FORWARDABLE_APIS,
-    EnvelopeError,
-    address_text,
-    deserialize_principal,
-)
+from server.security.envelope import EnvelopeError, address_text, deserialize_principal
 
 log = get_logger("net")
 
@@ -37,9 +35,7 @@ def _error(code: int) -> dict:
 
 
 async def handle(ctx, request):
-    from server.api.context import RequestContext
-
-    node = ctx.node
+    services: ControllerServices = ctx.services
     try:
         principal = deserialize_principal(request.request_principal)
         client_host = address_text(request.client_host_address)
@@ -52,9 +48,10 @@ async def handle(ctx, request):
         api_key, version = peek_api(frame)
     except DecodeError:
         return _error(ErrorCode.INVALID_REQUEST)
-    api = node.served_apis.get(api_key)
-    allowed = node.advertised_ranges().get(api_key)
-    if (api_key not in FORWARDABLE_APIS or api is None or allowed is None
+    api = services.served_apis.get(api_key)
+    allowed = services.advertised_ranges().get(api_key)
+    # Forwardable: brokers relay it to the active controller (its catalog entry).
+    if (api is None or not api.forwardable or allowed is None
             or not allowed[0] <= version <= allowed[1] or not api.min_version <= version <= api.max_version):
         log.warning(Event.UNSUPPORTED_VERSION, connection=ctx.connection.connection_id, api=api_name(api_key),
                     api_version=version, forwarded_by=str(ctx.principal), reason="not forwardable here")
@@ -67,18 +64,22 @@ async def handle(ctx, request):
         log.warning(Event.REQUEST_DECODE_FAILED, connection=ctx.connection.connection_id, api=api_name(api_key),
                     api_version=version, forwarded_by=str(ctx.principal), error=str(exc))
         return _error(ErrorCode.INVALID_REQUEST)
-    inner_ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, ctx.connection, node)
+    inner_ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, ctx.connection, services)
     inner_ctx.principal = principal
     inner_ctx.client_host = client_host
     inner_ctx.forwarded_by = ctx.principal
     body = None
-    authorizer = node.authorizer
+    authorizer = services.authorizer
     if authorizer is not None:
-        body = authorizer.check_request(inner_ctx, api_key, inner)
+        body = authorizer.check_request(inner_ctx, api, inner)
     if body is None:
-        body = api.handler(inner_ctx, inner)
-        if api.is_async:
-            body = await body
+        try:
+            body = api.handler(inner_ctx, inner)
+            if api.is_async:
+                body = await body
+        except ApiError as exc:
+            # The inner API's own error shape, as the dispatcher would answer it directly.
+            body = api.error_response(inner, version, exc.code, exc.message)
     out = BytesIO()
     out.write(encode_response_header(header.correlation_id, api.response_header_version(version)))
     api.response.encode_into(version, body, out)

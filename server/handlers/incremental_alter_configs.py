@@ -7,9 +7,10 @@ for every resource; brokers forward the request (handlers/forwarded.py).
 
 from __future__ import annotations
 
+from server.api.context import ControllerWrites
 from server.controller import topics
 from server.handlers.writes import submit_write
-from server.observability import get_logger
+from server.observability import Event, get_logger
 from server.security import item_checks
 
 log = get_logger("controller")
@@ -22,17 +23,15 @@ def error_response(request, code: int, message: str) -> dict:
 
 
 async def handle(ctx, request):
-    node = ctx.node
+    services: ControllerWrites = ctx.services
     version = ctx.api_version
-    # Issue 8: resources the principal may not alter are answered here, the rest go on.
+    # resources the principal may not alter are answered here, the rest go on.
     authorized, refused = item_checks.config_resources(ctx, request, alter=True)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: topics.incremental_alter_configs(
             state, authorized, version),
-        lambda code, message: error_response(request, code, message), gated=not request.validate_only)
-    if refusal is not None:
-        return refusal
-    log.info("controller.configs_altered", client_id=ctx.client_id, records=len(result.records),
+        gated=not request.validate_only)
+    log.info(Event.CONFIGS_ALTERED, client_id=ctx.client_id, records=len(result.records),
              failed={f"{r['resource_type']}:{r['resource_name']}": r["error_code"]
                      for r in result.response["responses"] if r["error_code"]})
     if refused:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 
 from protocol.errors import ErrorCode
+from server.api.context import ServingServices
 from server.authorization import AUTHORIZED_OPERATIONS_OMITTED
 from server.controller.topics import TopicErrorCode
 from server.security.item_checks import cluster_operations, describable_topics, may_describe_topic, topic_operations
@@ -60,17 +61,17 @@ def missing_topic(name, topic_id, code) -> dict:
 
 
 def handle(ctx, request):
-    node = ctx.node
-    state = node.state
+    services: ServingServices = ctx.services
+    state = services.image
     brokers = [
         {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": n.rack}
-        for n in node.client_endpoints(ctx.connection.listener_name)
+        for n in services.client_endpoints(ctx.connection.listener_name)
     ]
     known = state.topics() if state is not None else {}
     live = {b for b, registration in state.brokers.items() if not registration.fenced} if state is not None else set()
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        # Issue 8: topics the principal may not describe are left out.
+        # topics the principal may not describe are left out.
         topics = [_topic_entry(known[name], live) for name in describable_topics(ctx, sorted(known))]
     else:
         topics = []
@@ -99,8 +100,8 @@ def handle(ctx, request):
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
-        "cluster_id": node.cluster_id,
-        "controller_id": node.active_controller_id(),
+        "cluster_id": services.cluster_id,
+        "controller_id": services.active_controller_id(),
         "topics": topics,
         # The field exists in v8-10 only; the request flag is false in other versions.
         "cluster_authorized_operations": cluster_operations(

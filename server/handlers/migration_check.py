@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from protocol.primitives import ZERO_UUID
+from server.api.context import ZkBrokerServices
 from server.zk.paths import ZnodeDecodeError, parse_kafka_uuid
 
 
 def handle(ctx, request):
-    node = ctx.node
-    config_enabled = bool(node.migration_enabled)
-    cluster_id = node.cluster_id
+    services: ZkBrokerServices = ctx.services
+    config_enabled = bool(services.migration_enabled)
+    cluster_id = services.cluster_id
     if not cluster_id:
         return {"error_code": ErrorCode.BROKER_NOT_AVAILABLE, "cluster_id": ZERO_UUID,
                 "config_enabled": config_enabled}

@@ -7,6 +7,7 @@ refusals). A standby answers NOT_CONTROLLER so clients go to the leader.
 
 from __future__ import annotations
 
+from server.api.context import ControllerWrites
 from server.controller import commands
 from server.handlers.writes import submit_write
 from server.observability import Event, get_logger
@@ -18,17 +19,14 @@ QUORUM_FEATURES_WAIT_S = 2.0
 
 
 async def handle(ctx, request):
-    node = ctx.node
-    config = node.controller_config
+    services: ControllerWrites = ctx.services
+    config = services.controller_config
     version = ctx.api_version
-    await node.learn_quorum_features(QUORUM_FEATURES_WAIT_S)
-    result, refusal = await submit_write(
-        node, lambda state, tracker, next_offset, now_ms: commands.update_features(
-            state, request, version, config, node.quorum_supported_features()),
-        lambda code, message: {"throttle_time_ms": 0, "error_code": code, "error_message": message, "results": []},
+    await services.learn_quorum_features(QUORUM_FEATURES_WAIT_S)
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: commands.update_features(
+            state, request, version, config, services.quorum_supported_features()),
         gated=not request.validate_only)
-    if refusal is not None:
-        return refusal
     if result.error_message:
         log.info(Event.FEATURE_UPDATE_REJECTED, client_id=ctx.client_id, error=result.error_message,
                  updates={u.feature: u.max_version_level for u in request.feature_updates})

@@ -9,6 +9,7 @@ live brokers replaced, partition states upserted) live in the sans-I/O cache
 
 from __future__ import annotations
 
+from server.api.context import ZkBrokerServices
 from server.observability import get_logger
 
 log = get_logger("zkbroker")
@@ -18,15 +19,15 @@ EVENT_REFUSED = "zkbroker.update_metadata_refused"
 
 
 def handle(ctx, request):
-    node = ctx.node
-    outcome = node.apply_update_metadata(request)
+    services: ZkBrokerServices = ctx.services
+    outcome = services.apply_update_metadata(request)
     if outcome.error_code:
-        log.warning(EVENT_REFUSED, broker_id=node.broker_id, controller_id=request.controller_id,
+        log.warning(EVENT_REFUSED, broker_id=services.node_id, controller_id=request.controller_id,
                     controller_epoch=request.controller_epoch, broker_epoch=request.broker_epoch,
                     error_code=int(outcome.error_code), reason=outcome.reason)
     else:
-        cache = node.metadata_cache
-        log.info(EVENT_APPLIED, broker_id=node.broker_id, controller_id=cache.controller_id,
+        cache = services.metadata_cache
+        log.info(EVENT_APPLIED, broker_id=services.node_id, controller_id=cache.controller_id,
                  controller_epoch=cache.controller_epoch, is_kraft_controller=cache.is_kraft_controller,
                  update_type=int(request.type), live_brokers=sorted(cache.live_brokers),
                  topics=len(cache.topics), partitions=cache.partition_count())

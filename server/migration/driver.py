@@ -79,12 +79,14 @@ from server.zk.client import (
     Delete,
     SetData,
     ZkConnectionError,
+    ZkConnectionState,
     ZkError,
     ZkSession,
     ZkVersionConflict,
 )
 from server.zk.client import connect as zk_connect
 from server.zk.seed import ZkWireError
+from server.zk.seed import read_zookeeper as read_zookeeper_blocking
 
 log = get_logger("migration")
 
@@ -181,7 +183,6 @@ class MigrationDriver:
         self.copy_pause_s = copy_pause_s
         self.session_timeout_s = session_timeout_s
         if read_zookeeper is None:
-            from server.zk.seed import read_zookeeper as read_zookeeper_blocking
             read_zookeeper = read_zookeeper_blocking
         self._read_zookeeper = read_zookeeper
         self.status = MigrationStatus()
@@ -293,7 +294,6 @@ class MigrationDriver:
         return self._zk
 
     async def _watch_connection(self) -> None:
-        from server.zk.client import ZkConnectionState
         zk = await self._session()
         # kazoo reconnects and renews an expired session by itself; we only track the state.
         async with zk.connection_events() as events:

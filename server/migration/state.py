@@ -6,7 +6,8 @@ the precondition check the active controller runs before it copies anything.
 Two encodings, on purpose:
 - `ZkMigrationState` is what the metadata log holds: Kafka's `ZkMigrationStateRecord`
   with Kafka's values (NONE 0, MIGRATION 1, PRE_MIGRATION 2, POST_MIGRATION 3; FACTS.md
-  §13), so Kafka's own tools read kraftwerk's log correctly.
+  §13), so Kafka's own tools read kraftwerk's log correctly. It is defined in
+  `server/values.py` because the controller's replay, below this package, checks it.
 - `MigrationState` is KIP-866's table (ZooKeeper 1 … KRaft 6): the `MigrationState`
   metric and `kraftwerk migration status` report it. ZooKeeper and MigrationEligible
   belong to the ZooKeeper controller (before any KRaft quorum exists); MigrationFinished
@@ -20,14 +21,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterable
 
-
-class ZkMigrationState(IntEnum):
-    """ZkMigrationStateRecord.ZkMigrationState, Kafka's values."""
-
-    NONE = 0
-    MIGRATION = 1
-    PRE_MIGRATION = 2
-    POST_MIGRATION = 3
+from server.values import ZkMigrationState
 
 
 class MigrationState(IntEnum):

@@ -9,8 +9,7 @@ Rules kept here:
   propagates.
 - TLS sends SNI and checks the server's host name unless
   `ssl.endpoint.identification.algorithm` is empty; the CA check always applies.
-- SASL is `server.security.sasl_client.authenticate` (imported only for SASL
-  protocols).
+- SASL is `server.net.sasl_client.authenticate`, run only for SASL protocols.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import ssl
 
 import trio
 
+from server.net.sasl_client import SaslClientError, authenticate
 from server.security.client_config import ClientSecurity
 
 
@@ -48,8 +48,6 @@ async def open_client_stream(host: str, port: int, security: ClientSecurity | No
                     raise ConnectError(f"TLS handshake with {host}:{port} failed: {cause}") from None
                 stream = tls
             if security.uses_sasl:
-                from server.security.sasl_client import SaslClientError, authenticate
-
                 try:
                     await authenticate(stream, security.sasl_mechanism, security.sasl_username,
                                        security.sasl_password, client_id=client_id, timeout_s=timeout_s)

@@ -15,7 +15,7 @@ Rules kept here:
 - Responses that are ready synchronously (reads of controller state) skip
   task creation entirely; only requests that wait for the controller loop get
   a task.
-- Hardening (issue 8): connections over `max.connections` / `max.connections.per.ip`
+- Hardening: connections over `max.connections` / `max.connections.per.ip`
   are closed at accept; a TLS handshake must finish within
   `kraftwerk.ssl.handshake.timeout.ms`; a frame whose first byte arrived must be
   complete within `kraftwerk.request.receive.timeout.ms` (slowloris); a frame may be
@@ -41,8 +41,9 @@ from prometheus_client import CollectorRegistry
 from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
 from server.net.framing import FrameDecoder, FrameError
 from server.net.limits import NetLimits
-from server.net.tls import certificate_principal_name, server_ssl_context
+from server.security.tls import certificate_principal_name, server_ssl_context
 from server.security.model import ANONYMOUS, KafkaPrincipal
+from server.security.sasl import new_sasl_session
 from server.observability import Event, get_logger
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class Connection:
         self.connection_id = connection_id
         self.peer = peer
         self.stream = stream
-        # Who the client is (issue 8): User:ANONYMOUS until TLS or SASL says otherwise.
+        # Who the client is: User:ANONYMOUS until TLS or SASL says otherwise.
         self.principal: KafkaPrincipal = ANONYMOUS
         self.listener_name = listener_name
         self.security_protocol = security_protocol
@@ -444,10 +445,8 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
     ssl_context: ssl.SSLContext | None = None
     if protocol in TLS_PROTOCOLS:
         ssl_context = server_ssl_context(config.ssl_for(listener.name))
-    new_sasl_session = None
-    if protocol in SASL_PROTOCOLS:
-        # Written by the SASL work of issue 8; imported here so a PLAINTEXT/SSL node never needs it.
-        from server.security.sasl import new_sasl_session
+    # Only a SASL_* listener opens a SASL exchange on each connection.
+    sasl_session_factory = new_sasl_session if protocol in SASL_PROTOCOLS else None
     if limits is None:
         limits = NetLimits.from_config(config, CollectorRegistry())
     handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
@@ -487,8 +486,8 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
                         principal = KafkaPrincipal("User", name)
             conn = Connection(next(ids), peer, conn_stream, listener_name=listener.name, security_protocol=protocol)
             conn.principal = principal
-            if new_sasl_session is not None:
-                conn.sasl = new_sasl_session(dispatcher.node, listener.name)
+            if sasl_session_factory is not None:
+                conn.sasl = sasl_session_factory(dispatcher.node, listener.name)
             metrics.connections.inc()
             log.debug(Event.CONNECTION_OPENED, connection=conn.connection_id, peer=peer, listener=listener.name,
                       security_protocol=protocol, principal=str(principal))

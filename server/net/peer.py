@@ -152,7 +152,7 @@ class PeerConnection:
                         log.warning(Event.PEER_AUTHENTICATION_FAILED, peer=self.address.node_id, error=str(exc),
                                     retry_in_ms=round(delay_ms))
                 else:
-                    log.debug("net.peer_connect_failed", peer=self.address.node_id, error=str(exc),
+                    log.debug(Event.PEER_CONNECT_FAILED, peer=self.address.node_id, error=str(exc),
                               retry_in_ms=round(delay_ms))
                 await trio.sleep(delay_ms / 1000)
                 continue
@@ -166,11 +166,11 @@ class PeerConnection:
                     self._last_security_error = None
                     self.connects += 1
                     self._connected.set()
-                    log.debug("net.peer_connected", peer=self.address.node_id)
+                    log.debug(Event.PEER_CONNECTED, peer=self.address.node_id)
                     # The read loop ends when the peer goes away; that ends the nursery.
             except* (PeerUnavailable, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
                      OSError) as group:
-                log.debug("net.peer_disconnected", peer=self.address.node_id,
+                log.debug(Event.PEER_DISCONNECTED, peer=self.address.node_id,
                           error="; ".join(str(e) for e in group.exceptions))
             finally:
                 self._stream = None

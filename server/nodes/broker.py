@@ -1,10 +1,13 @@
 """The broker agent: a light KRaft broker that stores no topic data.
 
-Owns: start-up (meta.properties, the broker's own copy of the metadata log),
-the tasks of a running broker — the Raft *observer* that fetches the metadata
-log from the quorum (Fetch, FetchSnapshot), the replayer that keeps the
-metadata image (features, brokers, controller) with the same
-`ControllerState.replay` as the controllers, the lifecycle task
+Owns: what a broker adds to the shared start-up steps (server/nodes/
+startup.py: meta.properties, the broker's own copy of the metadata log): its
+directory id, an id outside the voters, its own connections to the
+controllers; the tasks of a running broker — the Raft *observer* that fetches
+the metadata log from the quorum (Fetch, FetchSnapshot), the `Replayer`
+(server/controller/replayer.py, the controllers' too) that keeps the metadata
+image (features, brokers, controller) with the same `ControllerState.replay`
+as the controllers, the lifecycle task
 (server/broker/lifecycle.py) and the client listener — and what happens when
 the finalized metadata.version changes (KIP-778): renegotiate ApiVersions with
 the controllers, close client connections so clients reconnect and see the new
@@ -39,31 +42,27 @@ from prometheus_client import Gauge
 from protocol.errors import DecodeError, ErrorCode
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES
-from server.apis import broker_apis
+from server.api.catalog import NodeRole, served_table
 from server.broker.lifecycle import BrokerLifecycle, BrokerState
 from server.config import ServerConfig
 from server.controller.features import METADATA_VERSION, find_metadata_version, unsupported_finalized_levels
-from server.controller.loop import ControllerLoop
-from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
-from server.controller.state import BrokerHeartbeatTracker
+from server.controller.replayer import Replayer
 from server.dispatch import Dispatcher
 from server.gating import GATES
-from server.metrics_http import serve_metrics
-from server.net.listener import ConnectionRegistry, serve_node_listeners
+from server.net.listener import ConnectionRegistry
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
-from server.nodes.controller import METADATA_LOG_DIR_NAME, StartupError
 from server.observability import Event, Metrics, get_logger
-from server.raft.core import RaftConfig
 from server.raft.driver import RaftDriver
-from server.raft.quorum_state import FileQuorumStateStore
-from server.raft.storage import MetadataRaftLog
 from server.releases import supported_features as release_supported_features
-from server.security.client_config import ClientSecurity, ClientSecurityError
-from server.handlers import forwarded
+from server.security.client_config import ClientSecurity
+from server.api.errors import ApiError
 from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
+from server.api.context import BrokerServices
 from server.nodes.serving import Endpoint, ServingNode
-from server.storage.log import LogConfig, MetadataLog
-from server.storage.meta_properties import parse_uuid_string, read_meta_properties
+from server.nodes import startup
+from server.nodes.startup import StartupError
+from server.storage.log import MetadataLog
+from server.storage.meta_properties import parse_uuid_string
 
 log = get_logger("broker")
 
@@ -88,7 +87,7 @@ def _mv_text(level: int) -> str:
     return str(find_metadata_version(level) or level)
 
 
-class BrokerNode(ServingNode):
+class BrokerNode(ServingNode, BrokerServices):
     is_broker = True
 
     def __init__(self, config: ServerConfig, rng: random.Random | None = None) -> None:
@@ -96,17 +95,17 @@ class BrokerNode(ServingNode):
         self.metrics = Metrics()
         self._init_broker_metrics()
         self.metrics_port: int | None = None
-        self._init_serving(broker_apis(), release_supported_features(
+        self._init_serving(served_table(NodeRole.BROKER), release_supported_features(
             config.release, config.unstable_feature_versions_enable))
         self._rng = rng or random.Random()
         self.cluster_id = ""
         self.directory_id = None
         self.port = config.listener.port
-        # Every listener's bound port by listener name (issue 8: several listeners).
+        # Every listener's bound port by listener name (one node may serve several listeners).
         self.bound_ports: dict[str, int] = {}
         self.connections = ConnectionRegistry()
         self.raft_driver: RaftDriver | None = None
-        self.replayer: ControllerLoop | None = None
+        self.replayer: Replayer | None = None
         self.metadata_log: MetadataLog | None = None
         self.lifecycle = BrokerLifecycle(self, random.Random(self._rng.random()))
         self.was_member = False
@@ -131,13 +130,7 @@ class BrokerNode(ServingNode):
     # -- start-up -----------------------------------------------------------------
     def open(self) -> None:
         config = self.config
-        directory = Path(config.metadata_log_dir)
-        meta = read_meta_properties(directory) if directory.exists() else None
-        if meta is None:
-            raise StartupError(f"{directory} is not formatted; run `kraftwerk storage format --cluster-id ID "
-                               f"--config FILE` with this broker's config (process.roles=broker)")
-        if meta.node_id != config.node_id:
-            raise StartupError(f"{directory} belongs to node {meta.node_id}, but node.id is {config.node_id}")
+        meta = startup.read_formatted_meta(config, format_hint=" with this broker's config (process.roles=broker)")
         if not config.quorum_voters:
             raise StartupError("a broker needs controller.quorum.voters (id@host:port,...) to find the controllers")
         voter_ids = frozenset(voter.node_id for voter in config.quorum_voters)
@@ -147,63 +140,46 @@ class BrokerNode(ServingNode):
         self.cluster_id = meta.cluster_id
         self.directory_id = parse_uuid_string(meta.directory_id) if meta.directory_id else None
         if self.directory_id is None:
-            raise StartupError(f"{directory}/meta.properties has no directory.id; re-run `kraftwerk storage format`")
-        log_dir = self.log_dir = directory / METADATA_LOG_DIR_NAME
-        try:
-            self.metadata_log = MetadataLog.open(log_dir, LogConfig(segment_bytes=config.log_segment_bytes))
-        except RuntimeError as exc:
-            raise StartupError(f"{exc}; is another node running on {directory}?") from None
-        try:
-            state, replay_from, _ = recover_snapshot(log_dir, self.metadata_log, meta.cluster_id)
-        except SnapshotRecoveryError as exc:
-            self.metadata_log.close()
-            raise StartupError(str(exc)) from None
-        self.was_member = self.metadata_log.end_offset > 0 or replay_from > 0
-        raft_config = RaftConfig(
-            node_id=config.node_id, voters=voter_ids, cluster_id=meta.cluster_id,
-            election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
-        )
-        peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in config.quorum_voters}
-        storage = MetadataRaftLog(self.metadata_log)
-        store = FileQuorumStateStore(log_dir, meta.cluster_id, voter_ids)
-        self.raft_driver = RaftDriver(raft_config, storage, store, peers, random.Random(self._rng.random()),
-                                      client_id=f"kraftwerk-broker-{config.node_id}")
-        # The broker's requests to the controllers (registration, heartbeats, ApiVersions,
-        # forwarded requests) go over connections of their own: the observer's connection
-        # to the leader carries a long-polled Fetch that the leader answers in order, which
-        # would hold any request queued behind it for up to fetch_max_wait_ms.
-        self._controller_peers = {
-            node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}", random.Random(self._rng.random()))
-            for node_id, address in peers.items()}
-        # Clients' forwarded requests get connections of their own too: a heartbeat sent
-        # at a version a metadata.version change has just gated closes its connection
-        # (KIP-778 renegotiation race), and a forwarded write in flight on it would be
-        # lost and resent — applied twice.
-        self._forward_peers = {
-            node_id: PeerConnection(address, f"kraftwerk-broker-{config.node_id}-forward",
-                                    random.Random(self._rng.random()))
-            for node_id, address in peers.items()}
-        # Every connection to the controllers speaks the controller listener's security
-        # protocol (issue 8); the Raft driver created its own peers, so they are set here.
-        try:
-            peer_security = ClientSecurity.for_node(config)
-        except ClientSecurityError as exc:
-            raise StartupError(f"cannot reach the controllers: {exc}") from None
-        for peer in self._forward_peers.values():
-            peer.security = peer_security
-        for node_id, peer in self._controller_peers.items():
-            peer.security = peer_security
-            observer_peer = self.raft_driver.peer(node_id)
-            if observer_peer is not None:
-                observer_peer.security = peer_security
-        # The replayer is a controller loop that never becomes active (an observer never
-        # leads): its replay task is the only writer of the image, as on a controller.
-        self.replayer = ControllerLoop(
-            self.raft_driver, state, replay_from, BrokerHeartbeatTracker(config.broker_session_timeout_ms),
-            self.supported_node_features, 1, on_commit=self._on_commit, stop_on_unsupported_level=False,
-            snapshot_at=self.snapshot_at_metadata_version_change,
-        )
+            raise StartupError(f"{Path(config.metadata_log_dir)}/meta.properties has no directory.id; re-run "
+                               "`kraftwerk storage format`")
+        recovered = startup.open_recovered_log(config, meta.cluster_id,
+                                       busy_hint=f"is another node running on {Path(config.metadata_log_dir)}?")
+        self.log_dir, self.metadata_log, state = recovered.log_dir, recovered.metadata_log, recovered.state
+        with startup.closed_on_failure(self.metadata_log):
+            self.was_member = self.metadata_log.end_offset > 0 or recovered.replay_from > 0
+            security = startup.node_client_security(config, "the controllers")
+            peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in config.quorum_voters}
+            # Not a voter: the driver is a Raft observer that fetches the metadata log.
+            self.raft_driver = startup.build_raft_driver(
+                config, recovered, meta.cluster_id, voter_ids, peers, random.Random(self._rng.random()),
+                client_id=f"kraftwerk-broker-{config.node_id}", security=security)
+            # The broker's requests to the controllers (registration, heartbeats, ApiVersions,
+            # forwarded requests) go over connections of their own: the observer's connection
+            # to the leader carries a long-polled Fetch that the leader answers in order, which
+            # would hold any request queued behind it for up to fetch_max_wait_ms.
+            self._controller_peers = self._controller_connections(peers, "", security)
+            # Clients' forwarded requests get connections of their own too: a heartbeat sent
+            # at a version a metadata.version change has just gated closes its connection
+            # (KIP-778 renegotiation race), and a forwarded write in flight on it would be
+            # lost and resent — applied twice.
+            self._forward_peers = self._controller_connections(peers, "-forward", security)
+            # The replayer is the only writer of the image, as on a controller. A broker's
+            # lifecycle decides what a level it cannot run means (it may not be a member).
+            self.replayer = Replayer(
+                self.raft_driver, state, recovered.replay_from, self.supported_node_features,
+                node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
+                stop_on_unsupported_level=False)
         self._metadata_version = state.metadata_version
+
+    def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
+                                security: ClientSecurity) -> dict[int, PeerConnection]:
+        connections = {}
+        for node_id, address in peers.items():
+            peer = PeerConnection(address, f"kraftwerk-broker-{self.config.node_id}{client_suffix}",
+                                  random.Random(self._rng.random()))
+            peer.security = security
+            connections[node_id] = peer
+        return connections
 
     # -- running --------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -218,20 +194,14 @@ class BrokerNode(ServingNode):
                     await nursery.start(peer.run)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.replayer.run)
-                if self.config.metrics_port is not None:
-                    # Before the catch-up wait: a broker that is slow to catch up is
-                    # exactly the one an operator wants to scrape.
-                    self.metrics_port = await nursery.start(
-                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
-                        self.refresh_metrics)
+                # Before the catch-up wait: a broker that is slow to catch up is exactly
+                # the one an operator wants to scrape.
+                await startup.start_metrics_endpoint(nursery, self)
                 # Clients are served once the image is current (bounded): before that the
                 # broker could only tell them stale features and ungated API versions.
                 await self.wait_metadata_known()
-                dispatcher = Dispatcher(self, self.served_apis)
-                self.bound_ports = await nursery.start(
-                    lambda task_status: serve_node_listeners(dispatcher, registry=self.connections,
-                                                             task_status=task_status))
-                self.port = self.bound_ports[self.config.listener.name]
+                await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis),
+                                           registry=self.connections)
                 log.info(Event.BROKER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
                          port=self.port, cluster_id=self.cluster_id, release=self.config.release or "kraftwerk",
                          supported_metadata_version=str(self.supported_node_features[METADATA_VERSION]))
@@ -360,12 +330,7 @@ class BrokerNode(ServingNode):
         self.broker_state_gauge.set(BROKER_STATE_NUMBERS.get(lifecycle.state, 0))
         self.broker_registered_gauge.set(1 if lifecycle.broker_epoch >= 0 else 0)
         self.broker_epoch_gauge.set(lifecycle.broker_epoch)
-        driver = self.raft_driver
-        if driver is not None:
-            metrics.raft_epoch.set(driver.epoch)
-            metrics.raft_leader.set(driver.leader_id if driver.leader_id is not None else -1)
-            metrics.raft_high_watermark.set(driver.high_watermark)
-            metrics.raft_log_end_offset.set(driver.storage.end_offset)
+        self._refresh_raft_gauges()
         # What the broker itself was told (its own image may replay the UnfenceBrokerRecord
         # a little later than the heartbeat answer arrives).
         unfenced = lifecycle.state in (BrokerState.RUNNING, BrokerState.PENDING_CONTROLLED_SHUTDOWN)
@@ -376,12 +341,7 @@ class BrokerNode(ServingNode):
         metrics.metadata_offset.set(state.last_applied_offset)
         if state.metadata_version is not None:
             metrics.finalized_metadata_version.set(state.metadata_version)
-        metrics.features.clear()
-        for feature, level in sorted(state.all_finalized_levels().items()):
-            metrics.features.labels(feature=feature, level=str(level)).set(1)
-        fenced = sum(1 for b in state.brokers.values() if b.fenced)
-        metrics.registered_brokers.labels(fenced="true").set(fenced)
-        metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
+        self._refresh_image_gauges(state)
 
     # -- views for handlers -------------------------------------------------------------
     def own_endpoint(self, listener_name: str | None = None) -> Endpoint:
@@ -413,12 +373,13 @@ class BrokerNode(ServingNode):
         }, FORWARD_TIMEOUT_S, version=0)
         if envelope.error_code != ErrorCode.NONE or envelope.response_data is None:
             # Not retriable (this broker may not forward, or the request is not forwardable):
-            # the client gets the refusal in its own API's error shape.
+            # the client gets the refusal in its own API's error shape (the dispatcher
+            # answers the ApiError with the API's catalog entry).
             log.warning(Event.BROKER_FORWARD_FAILED, api_key=api_key, error_code=envelope.error_code,
                         error="the controller refused the envelope")
-            return forwarded.error_response(
-                api_key, version, request, envelope.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"the active controller refused this broker's forwarded request (error {envelope.error_code})")
+            raise ApiError(envelope.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
+                           f"the active controller refused this broker's forwarded request "
+                           f"(error {envelope.error_code})")
         try:
             return decode_response(api_key, version, bytes(envelope.response_data))[1]
         except DecodeError as exc:

@@ -1,11 +1,13 @@
 """A controller node: storage, state, the controller loop and the listener, wired.
 
-Owns: start-up (read meta.properties, open and recover the metadata log,
-load the latest snapshot, build the Raft driver for `controller.quorum.voters`
-— this node alone when none are configured), the read-only views the
-handlers use, snapshot scheduling, and the trio tasks of a running node
-(listener, Raft driver, controller loop, broker-session timer). The log after
-the snapshot is replayed by the controller loop as the quorum commits it.
+Owns: what a controller adds to the shared start-up steps (server/nodes/
+startup.py): it must be one of `controller.quorum.voters` (this node alone
+when none are configured), a brand-new node needs its bootstrap checkpoint,
+and the controller loop runs on top of the replayer; the read-only views the
+handlers use, and the trio tasks of a running node (listener, Raft driver,
+controller loop, broker-session timer, the migration). The log after the
+snapshot is replayed by the replayer as the quorum commits it; the replayer
+also takes the interval snapshots (`metadata.log.max.record.bytes.between.snapshots`).
 
 Rules kept here:
 - Start-up replays through the same `ControllerState.replay` as live
@@ -24,54 +26,38 @@ from pathlib import Path
 import trio
 
 from protocol.errors import DecodeError
-from protocol.record_batch import decode_batches, encode_batch
-from protocol.records import decode_metadata_record, encode_metadata_record
-from server.apis import controller_apis
+from protocol.record_batch import decode_batches
+from protocol.records import decode_metadata_record
+from server.api.catalog import NodeRole, served_table
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
 from server.controller.features import SupportedRange, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, NotControllerError, WritesBlockedError, wall_clock_ms
-from server.controller.snapshot import SnapshotRecoveryError, recover_snapshot
+from server.controller.replayer import Replayer
 from server.controller.state import BrokerHeartbeatTracker
 from server.dispatch import Dispatcher
-from server.metrics_http import serve_metrics
+from server.migration.copy import migration_state_record
+from server.migration.driver import MigrationDriver
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.listener import serve_node_listeners
 from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
-from server.raft.core import RaftConfig
 from server.raft.driver import RaftDriver
-from server.raft.quorum_state import FileQuorumStateStore
-from server.raft.storage import MetadataRaftLog
 from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
-from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.security.exposure import warn_exposed_listeners
+from server.api.context import ControllerServices, RaftEndpoint
 from server.nodes.serving import Endpoint, ServingNode
-from server.storage.durable import write_file_atomically
-from server.storage.log import FileOps, LogConfig, MetadataLog
-from server.storage.meta_properties import read_meta_properties
+from server.nodes import startup
+from server.nodes.startup import RecoveredLog, StartupError
+from server.storage.bootstrap import BOOTSTRAP_CHECKPOINT
+from server.storage.log import FileOps, MetadataLog
 
-BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
 # before it is refused with a retriable error.
 WRITES_BLOCKED_WAIT_S = 5.0
-METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 
 log = get_logger("controller")
-
-
-class StartupError(Exception):
-    """The node cannot start; the message says what the operator should do."""
-
-
-def write_bootstrap_checkpoint(directory: Path, records) -> Path:
-    """Writes the format-time records as one record batch, atomically."""
-    data = encode_batch(0, 0, [encode_metadata_record(r) for r in records], 0)
-    path = directory / BOOTSTRAP_CHECKPOINT
-    write_file_atomically(path, data)
-    return path
 
 
 def read_bootstrap_checkpoint(directory: Path):
@@ -85,25 +71,25 @@ def read_bootstrap_checkpoint(directory: Path):
         raise StartupError(f"{path} is corrupt ({exc}); re-run `kraftwerk storage format`") from None
 
 
-class ControllerNode(ServingNode):
+class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
     def __init__(self, config: ServerConfig, *, file_ops: FileOps | None = None) -> None:
         self.config = config
         # The metadata log's write-path system calls (tests inject disk failures here).
         self._file_ops = file_ops
         self.metrics = Metrics()
         # What this node's software supports: kraftwerk's own, or a Kafka release's (--release).
-        self._init_serving(controller_apis(), release_supported_features(
+        self._init_serving(served_table(NodeRole.CONTROLLER), release_supported_features(
             config.release, config.unstable_feature_versions_enable))
         self.cluster_id = ""
         self.port = config.listener.port
-        # Every listener's bound port by listener name (issue 8: several listeners).
+        # Every listener's bound port by listener name (one node may serve several listeners).
         self.bound_ports: dict[str, int] = {}
         self.controller: ControllerLoop | None = None
+        self.replayer: Replayer | None = None
         self.raft_driver: RaftDriver | None = None
         self.metadata_log: MetadataLog | None = None
         self.controller_config: ControllerConfig | None = None
         self._bootstrap_records = None
-        self._snapshot_bytes_mark = 0
         # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
         self.migration = None
         self.metrics_port: int | None = None
@@ -111,7 +97,7 @@ class ControllerNode(ServingNode):
     @property
     def state(self):
         """The committed controller state (ControllerState), None before open()."""
-        return self.controller.state if self.controller is not None else None
+        return self.replayer.state if self.replayer is not None else None
 
     @property
     def voters(self) -> tuple[VoterAddress, ...]:
@@ -122,125 +108,84 @@ class ControllerNode(ServingNode):
 
     # -- start-up -------------------------------------------------------------
     def open(self) -> None:
-        directory = Path(self.config.metadata_log_dir)
-        meta = read_meta_properties(directory) if directory.exists() else None
-        if meta is None:
-            raise StartupError(
-                f"{directory} is not formatted; run `kraftwerk storage format --cluster-id ID "
-                f"--config FILE` (get an ID with `kraftwerk storage random-uuid`)"
-            )
-        if meta.node_id != self.config.node_id:
-            raise StartupError(f"{directory} belongs to node {meta.node_id}, but node.id is "
-                               f"{self.config.node_id}")
+        config = self.config
+        meta = startup.read_formatted_meta(config, format_hint=" (get an ID with `kraftwerk storage random-uuid`)")
         voter_ids = [voter.node_id for voter in self.voters]
-        if self.config.node_id not in voter_ids:
-            raise StartupError(f"node.id {self.config.node_id} is not in controller.quorum.voters "
+        if config.node_id not in voter_ids:
+            raise StartupError(f"node.id {config.node_id} is not in controller.quorum.voters "
                                f"({', '.join(map(str, voter_ids))})")
         # Every listener of a controller serves the KRaft RPCs: say so when one lets
         # anyone reach the quorum (security.plaintext_controller_listener).
-        warn_exposed_listeners(self.config)
+        warn_exposed_listeners(config)
         self.cluster_id = meta.cluster_id
         supported = self.supported_node_features
         self.controller_config = ControllerConfig(
-            node_id=self.config.node_id,
+            node_id=config.node_id,
             cluster_id=meta.cluster_id,
             supported_features=supported,
-            session_timeout_ms=self.config.broker_session_timeout_ms,
-            migration_enabled=self.config.migration_enabled,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            migration_enabled=config.migration_enabled,
         )
-        self.log_dir = directory / METADATA_LOG_DIR_NAME
-        try:
-            self.metadata_log = MetadataLog.open(self.log_dir, LogConfig(segment_bytes=self.config.log_segment_bytes),
-                                                 file_ops=self._file_ops)
-        except RuntimeError as exc:  # the log's exclusive lock is held
-            raise StartupError(f"{exc}; is another controller running on {directory}? Stop it, or "
-                               "give this one its own --log-dir") from None
-        try:
-            # The latest snapshot only: under Raft the log after it is replayed as the
-            # quorum commits it (it may hold entries that were never committed).
-            state, replay_from, _ = recover_snapshot(self.log_dir, self.metadata_log, meta.cluster_id)
-        except SnapshotRecoveryError as exc:
-            self.metadata_log.close()
-            raise StartupError(str(exc)) from None
-        if self.metadata_log.end_offset == 0:
-            # A brand-new node: the records it writes if it becomes the first leader.
-            # Checked here, not later, so that a missing or corrupt checkpoint is a
-            # clean start-up error for the operator.
-            try:
-                self._bootstrap_records = read_bootstrap_checkpoint(directory)
-            except StartupError:
-                self.metadata_log.close()
-                raise
+        recovered = startup.open_recovered_log(
+            config, meta.cluster_id, file_ops=self._file_ops,
+            busy_hint=f"is another controller running on {Path(config.metadata_log_dir)}? Stop it, or give this one "
+                      "its own --log-dir")
+        self.log_dir, self.metadata_log, state = recovered.log_dir, recovered.metadata_log, recovered.state
+        with startup.closed_on_failure(self.metadata_log):
+            self._check_startable(recovered)
+            peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in self.voters
+                     if v.node_id != config.node_id}
+            # A lone controller has no peers and needs no client credentials of its own.
+            security = startup.node_client_security(config, "the other controllers") if peers else None
+            self.raft_driver = startup.build_raft_driver(
+                config, recovered, meta.cluster_id, frozenset(voter_ids), peers, random.Random(),
+                client_id=f"kraftwerk-controller-{config.node_id}", security=security,
+                on_refusal=self._count_refusal, on_storage_change=self.metrics.note_storage_offline)
+            self.replayer = Replayer(
+                self.raft_driver, state, recovered.replay_from, supported, node_id=config.node_id,
+                log_dir=self.log_dir, on_commit=self._on_commit,
+                snapshot_interval_bytes=config.metadata_snapshot_max_record_bytes)
+            self.tracker = BrokerHeartbeatTracker(config.broker_session_timeout_ms)
+            self.controller = ControllerLoop(
+                self.raft_driver, self.replayer, self.tracker, config.controller_queue_max_commands,
+                bootstrap_records=lambda: self._bootstrap_records,
+                group_commit=config.controller_group_commit,
+            )
+            if config.migration_enabled:
+                if not config.zookeeper_connect:
+                    raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the "
+                                       "ZooKeeper of the cluster to migrate)")
+                self.migration = MigrationDriver(
+                    self, config.zookeeper_connect,
+                    max_lag_records=config.migration_max_write_behind_lag_records,
+                    session_timeout_s=config.zookeeper_session_timeout_ms / 1000,
+                    copy_chunk_records=config.migration_copy_chunk_records,
+                    copy_pause_s=config.migration_copy_pause_ms / 1000)
+        log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=recovered.replay_from,
+                 log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
+                 metadata_version=state.metadata_version, cluster_id=self.cluster_id)
+
+    def _check_startable(self, recovered: RecoveredLog) -> None:
+        """A brand-new node needs its bootstrap records (the records it writes if it
+        becomes the first leader), and no node may serve finalized levels its software
+        cannot run (KIP-778). Checked at start-up, so the operator gets a clean error."""
+        if recovered.metadata_log.end_offset == 0:
+            self._bootstrap_records = read_bootstrap_checkpoint(recovered.directory)
             if self._bootstrap_records is None:
-                self.metadata_log.close()
-                raise StartupError(f"{directory} has no {BOOTSTRAP_CHECKPOINT} and an empty log; "
+                raise StartupError(f"{recovered.directory} has no {BOOTSTRAP_CHECKPOINT} and an empty log; "
                                    "re-run `kraftwerk storage format`")
-        finalized = state.all_finalized_levels()
+        finalized = recovered.state.all_finalized_levels()
         for item in self._bootstrap_records or ():
             if item.name == "FeatureLevelRecord":
                 finalized[item.data["name"]] = item.data["feature_level"]
-        reasons = unsupported_finalized_levels(finalized, supported)
+        reasons = unsupported_finalized_levels(finalized, self.supported_node_features)
         if reasons:
-            # KIP-778: software that cannot read the finalized metadata must not serve it.
-            self.metadata_log.close()
             raise StartupError(
                 f"controller {self.config.node_id} cannot run this cluster's finalized features: "
                 + "; ".join(reasons)
                 + ". Run a release that supports them (or, for unstable levels, set "
                 "unstable.feature.versions.enable=true)."
             )
-        raft_config = RaftConfig(
-            node_id=self.config.node_id,
-            voters=frozenset(voter_ids),
-            cluster_id=meta.cluster_id,
-            election_timeout_ms=self.config.quorum_election_timeout_ms,
-            fetch_timeout_ms=self.config.quorum_fetch_timeout_ms,
-        )
-        peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in self.voters
-                 if v.node_id != self.config.node_id}
-        self.raft_storage = MetadataRaftLog(self.metadata_log)
-        quorum_store = FileQuorumStateStore(self.log_dir, meta.cluster_id, frozenset(voter_ids))
-        self.raft_driver = RaftDriver(raft_config, self.raft_storage, quorum_store, peers, random.Random(),
-                                      client_id=f"kraftwerk-controller-{self.config.node_id}",
-                                      on_refusal=self._count_refusal,
-                                      on_storage_change=self.metrics.note_storage_offline)
-        # The Raft driver creates the peer connections; they speak the controller
-        # listener's security protocol (issue 8).
-        # A lone controller has no peers and needs no client credentials of its own.
-        if peers:
-            try:
-                peer_security = ClientSecurity.for_node(self.config)
-            except ClientSecurityError as exc:
-                raise StartupError(f"cannot reach the other controllers: {exc}") from None
-        for voter in self.voters:
-            peer = self.raft_driver.peer(voter.node_id) if voter.node_id != self.config.node_id else None
-            if peer is not None:
-                peer.security = peer_security
-        self.tracker = BrokerHeartbeatTracker(self.config.broker_session_timeout_ms)
-        self.controller = ControllerLoop(
-            self.raft_driver, state, replay_from, self.tracker, supported,
-            self.config.controller_queue_max_commands,
-            bootstrap_records=lambda: self._bootstrap_records,
-            on_commit=self._on_commit,
-            after_replay=self._after_replay,
-            group_commit=self.config.controller_group_commit,
-            snapshot_at=self.snapshot_at_metadata_version_change,
-        )
-        if self.config.migration_enabled:
-            if not self.config.zookeeper_connect:
-                self.metadata_log.close()
-                raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the ZooKeeper "
-                                   "of the cluster to migrate)")
-            from server.migration.driver import MigrationDriver
-            self.migration = MigrationDriver(
-                self, self.config.zookeeper_connect,
-                max_lag_records=self.config.migration_max_write_behind_lag_records,
-                session_timeout_s=self.config.zookeeper_session_timeout_ms / 1000,
-                copy_chunk_records=self.config.migration_copy_chunk_records,
-                copy_pause_s=self.config.migration_copy_pause_ms / 1000)
-        log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=replay_from,
-                 log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
-                 metadata_version=state.metadata_version, cluster_id=self.cluster_id)
 
     def _on_commit(self, records, base_offset: int) -> None:
         self._api_versions_cache.clear()
@@ -261,27 +206,13 @@ class ControllerNode(ServingNode):
             elif item.name == "UnregisterBrokerRecord":
                 log.info(Event.BROKER_UNREGISTERED, broker_id=item.data["broker_id"], offset=offset)
 
-    async def _after_replay(self, batch) -> None:
-        """Snapshots the committed state once enough record bytes were replayed since the last one.
-
-        Runs in the replay task, the only writer of the committed state, so the state
-        cannot change while the snapshot is written. The Raft driver then moves the log
-        start (never this code directly: the core must see it between steps)."""
-        replayed = self.controller.replayed_bytes - self._snapshot_bytes_mark
-        if replayed < self.config.metadata_snapshot_max_record_bytes or self.state.last_applied_offset < 0:
-            return
-        self._snapshot_bytes_mark = self.controller.replayed_bytes
-        await self.write_snapshot(self.state, batch.next_offset, batch.epoch, batch.timestamp_ms, "interval")
-
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         if self.controller is None:
             self.open()
         try:
             async with trio.open_nursery() as nursery:
-                dispatcher = Dispatcher(self, self.served_apis)
-                self.bound_ports = await nursery.start(serve_node_listeners, dispatcher)
-                self.port = self.bound_ports[self.config.listener.name]
+                await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis))
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
                 nursery.start_soon(self._fence_expired_brokers)
@@ -289,10 +220,7 @@ class ControllerNode(ServingNode):
                     await nursery.start(self.migration.run)
                 else:
                     nursery.start_soon(self._finalize_migration)
-                if self.config.metrics_port is not None:
-                    self.metrics_port = await nursery.start(
-                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
-                        self.refresh_metrics)
+                await startup.start_metrics_endpoint(nursery, self)
                 if len(self.voters) == 1:
                     # The only voter elects itself at once: report "started" only when it
                     # serves writes, so scripts never see a NOT_CONTROLLER from a lone node.
@@ -346,10 +274,16 @@ class ControllerNode(ServingNode):
                 endpoints.append(Endpoint(voter.node_id, voter.host, voter.port))
         return endpoints
 
+    def is_quorum_leader(self) -> bool:
+        return self.raft_driver is not None and self.raft_driver.is_leader
+
+    def is_active_controller(self) -> bool:
+        return self.controller is not None and self.controller.active
+
     def quorum_partition_state(self) -> dict:
         partition = self.raft_driver.describe_partition(wall_clock_ms())
         if partition.get("error_code", 0) == 0:
-            # Registered brokers are the quorum's observers once they fetch (issue 4);
+            # Registered brokers are the quorum's observers once they fetch;
             # until then they are listed with unknown offsets, as Kafka lists idle observers.
             known = {r["replica_id"] for r in partition.get("observers", [])}
             observers = list(partition.get("observers", []))
@@ -407,7 +341,6 @@ class ControllerNode(ServingNode):
     async def _finalize_migration(self) -> None:
         """A controller restarted with the migration switched off finalizes a migration
         whose brokers all run in KRaft mode (ZkMigrationStateRecord POST_MIGRATION)."""
-        from server.migration.copy import migration_state_record
         while True:
             await self.controller.wait_active()
             if ZkMigrationState(self.state.zk_migration_state) == ZkMigrationState.MIGRATION:
@@ -429,6 +362,13 @@ class ControllerNode(ServingNode):
                         pass
             await self.controller.wait_inactive()
 
+    def migration_status(self):
+        """The migration driver's live status (MigrationStatus), None without a migration."""
+        return self.migration.status if self.migration is not None else None
+
+    def migration_write_lag(self) -> int:
+        return self.migration.write_lag() if self.migration is not None else -1
+
     def migration_kip_state(self) -> int:
         if self.migration is not None:
             return int(self.migration.kip_state())
@@ -441,22 +381,12 @@ class ControllerNode(ServingNode):
         """Sets the gauges derived from state (called on every scrape)."""
         metrics = self.metrics
         state = self.state
-        driver = self.raft_driver
         active = self.controller is not None and self.controller.active
         metrics.active_controller.set(1 if active else 0)
-        if driver is not None:
-            metrics.raft_epoch.set(driver.epoch)
-            metrics.raft_leader.set(driver.leader_id if driver.leader_id is not None else -1)
-            metrics.raft_high_watermark.set(driver.high_watermark)
-            metrics.raft_log_end_offset.set(driver.storage.end_offset)
+        self._refresh_raft_gauges()
         if state is None:
             return
-        metrics.features.clear()
-        for feature, level in sorted(state.all_finalized_levels().items()):
-            metrics.features.labels(feature=feature, level=str(level)).set(1)
-        fenced = sum(1 for b in state.brokers.values() if b.fenced)
-        metrics.registered_brokers.labels(fenced="true").set(fenced)
-        metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
+        self._refresh_image_gauges(state)
         metrics.metadata_type.set(3)  # a controller's metadata is the KRaft log
         if active:
             metrics.migration_state.set(self.migration_kip_state())

@@ -4,30 +4,31 @@ Owns: `ServingNode`, the read-only views the handlers share — supported and
 finalized features, the API versions advertised now (gated by the finalized
 metadata.version, KIP-778), the cached ApiVersions body, registered brokers.
 A subclass provides `state` (a `ControllerState`: the committed image),
-`served_apis`, `config`, and the endpoint views that differ by role.
+`served_apis`, `config`, `metrics`, `raft_driver`, and the endpoint views
+that differ by role. Also the gauges every KRaft node refreshes alike.
 
 Rules kept here:
 - Views read the committed image only, never speculative state.
-- The ApiVersions body is cached per (version, finalized features epoch): it
-  changes only when features change, and ApiVersions is the hottest request.
+- The ApiVersions body is cached per (version, finalized features epoch)
+  (`ApiVersionsCache`, also used by the ZooKeeper-mode broker): it changes
+  only when features change, and ApiVersions is the hottest request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import trio
-
-from server.apis import AdvertisedApis, ServedApi
+from server.api.catalog import ServedApi
 from server.controller import commands
-from server.controller.features import NodeFeatures, find_metadata_version
-from server.controller.snapshot import write_controller_snapshot
+from server.controller.features import NodeFeatures
+from server.gating import AdvertisedApis
 from server.handlers import api_versions
-from server.observability import Event, get_logger
-from server.raft.driver import DriverStopped
-from server.raft.log import SnapshotId as RaftSnapshotId
+from server.security.authorizer import build_authorizer
+from server.security.sasl import SaslServerContext
 
-log = get_logger("snapshot")
+# Bodies kept per node: one per (version, features epoch) seen lately.
+API_VERSIONS_CACHE_MAX_ENTRIES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,33 @@ class Endpoint:
     host: str
     port: int
     rack: str | None = None
+
+
+class ApiVersionsCache:
+    """Encoded ApiVersions bodies by (version, finalized features epoch): a body changes
+    only when the features do, and ApiVersions is the hottest request."""
+
+    def __init__(self, served_apis: dict[int, ServedApi],
+                 extra_fields: Callable[[int], dict] | None = None) -> None:
+        self._response = served_apis[18].response
+        self._extra_fields = extra_fields  # fields a node kind adds to build_body's
+        self._bodies: dict[tuple[int, int], bytes] = {}
+
+    def clear(self) -> None:
+        self._bodies.clear()
+
+    def body(self, version: int, features_epoch: int, node) -> bytes:
+        key = (version, features_epoch)
+        body = self._bodies.get(key)
+        if body is None:
+            fields = api_versions.build_body(node, version)
+            if self._extra_fields is not None:
+                fields.update(self._extra_fields(version))
+            body = self._response.encode(version, fields)
+            if len(self._bodies) > API_VERSIONS_CACHE_MAX_ENTRIES:
+                self._bodies.clear()
+            self._bodies[key] = body
+        return body
 
 
 class ServingNode:
@@ -47,18 +75,26 @@ class ServingNode:
         self._advertised = AdvertisedApis(served_apis)
         self.supported_node_features = supported
         self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
-        self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+        self._api_versions_cache = ApiVersionsCache(served_apis)
         # The ACL authorizer (server/security/authorizer.py) when `authorizer.class.name`
         # is set; None authorizes everything, as Kafka does without an authorizer.
-        from server.security.authorizer import build_authorizer
         self.authorizer = build_authorizer(self.config, lambda: self.state)
         # SASL settings of every SASL listener, parsed now: a mechanism kraftwerk does not
         # implement is a start-up error, not a surprise at the first client.
-        from server.security.sasl import SaslServerContext
         self.sasl_server_context = SaslServerContext(self.config)
         for listener in self.config.listeners:
             if listener.security_protocol.startswith("SASL_"):
                 self.sasl_server_context.listener_config(listener.name)
+
+    # -- identity and the image (handlers' Protocols, server/api/context.py) --------
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def image(self):
+        """The committed metadata image (a ControllerState), None before open()."""
+        return self.state
 
     # -- features -------------------------------------------------------------
     def supported_features(self) -> dict[str, tuple[int, int]]:
@@ -76,55 +112,30 @@ class ServingNode:
         state = self.state
         return self._advertised.current(state.metadata_version)
 
-    def api_versions_body(self, version: int):
-        key = (version, self.state.finalized_features_epoch)
-        body = self._api_versions_cache.get(key)
-        if body is None:
-            api = self.served_apis[18]
-            body = api.response.encode(version, api_versions.build_body(self, version))
-            if len(self._api_versions_cache) > 64:
-                self._api_versions_cache.clear()
-            self._api_versions_cache[key] = body
-        return body
+    def api_versions_body(self, version: int) -> bytes:
+        return self._api_versions_cache.body(version, self.state.finalized_features_epoch, self)
 
-    # -- snapshots ----------------------------------------------------------------
-    async def write_snapshot(self, state, end_offset: int, epoch: int, timestamp_ms: int, reason: str,
-                             compact: bool = True) -> None:
-        """Writes `state` (committed, covering everything below `end_offset`) as a snapshot;
-        with `compact` makes it the quorum's latest, and the driver drops the log before it.
-        Called from the replay task, the only writer of the state, so it cannot change
-        meanwhile."""
-        if state.in_transaction or state.last_applied_offset < 0:
-            return  # an open metadata transaction could still be aborted: not a snapshot point
-        if not self.raft_driver.storage.metadata_log.is_batch_boundary(end_offset):
-            # A replica that loaded it would have to fetch from inside a batch (see
-            # MetadataRaftLog.compact): never write one.
+    # -- metrics --------------------------------------------------------------------
+    def _refresh_raft_gauges(self) -> None:
+        """The Raft driver's view (epoch, leader, high watermark, log end), at each scrape."""
+        driver = self.raft_driver
+        if driver is None:
             return
-        try:
-            snapshot_id = await trio.to_thread.run_sync(
-                write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
-        except OSError as exc:
-            # A snapshot is an optimisation and a rollback point, never what makes data
-            # durable (the log is): a full or failing disk skips it (the writer removed its
-            # partial file) and the next snapshot point tries again.
-            log.error(Event.SNAPSHOT_WRITE_FAILED, node_id=self.config.node_id, end_offset=end_offset,
-                      epoch=epoch, reason=reason, error=str(exc))
-            return
-        mv = state.metadata_version
-        log.info(Event.CONTROLLER_SNAPSHOT_TAKEN, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
-                 epoch=snapshot_id.epoch, reason=reason,
-                 metadata_version=str(find_metadata_version(mv) or mv) if mv is not None else None)
-        if not compact:
-            return
-        try:
-            await self.raft_driver.compact(RaftSnapshotId(snapshot_id.end_offset, snapshot_id.epoch))
-        except DriverStopped:
-            pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
+        metrics = self.metrics
+        metrics.raft_epoch.set(driver.epoch)
+        metrics.raft_leader.set(driver.leader_id if driver.leader_id is not None else -1)
+        metrics.raft_high_watermark.set(driver.high_watermark)
+        metrics.raft_log_end_offset.set(driver.storage.end_offset)
 
-    async def snapshot_at_metadata_version_change(self, state, end_offset: int, epoch: int,
-                                                  timestamp_ms: int, compact: bool) -> None:
-        await self.write_snapshot(state, end_offset, epoch, timestamp_ms,
-                                  "lossy_downgrade" if compact else "before_metadata_version_change", compact)
+    def _refresh_image_gauges(self, state) -> None:
+        """The finalized features and the registered brokers of the image, at each scrape."""
+        metrics = self.metrics
+        metrics.features.clear()
+        for feature, level in sorted(state.all_finalized_levels().items()):
+            metrics.features.labels(feature=feature, level=str(level)).set(1)
+        fenced = sum(1 for b in state.brokers.values() if b.fenced)
+        metrics.registered_brokers.labels(fenced="true").set(fenced)
+        metrics.registered_brokers.labels(fenced="false").set(len(state.brokers) - fenced)
 
     # -- brokers ------------------------------------------------------------------
     def registered_broker_endpoints(self, include_fenced: bool, listener_name: str | None = None) -> list[Endpoint]:

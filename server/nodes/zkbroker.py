@@ -40,14 +40,17 @@ from enum import IntEnum, StrEnum
 import trio
 from prometheus_client import Gauge
 
+from server.client import ClientError, KafkaClient
 from server.config import ServerConfig
 from server.controller.features import unsupported_finalized_levels
 from server.dispatch import Dispatcher
-from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_listener
 from server.observability import Metrics, get_logger
 from server.releases import supported_features as release_supported_features
-from server.nodes.serving import Endpoint
+from server.security.client_config import ClientSecurity
+from server.api.context import ZkBrokerServices
+from server.nodes.serving import ApiVersionsCache, Endpoint
+from server.nodes.startup import start_metrics_endpoint
 from server.storage.meta_properties import random_uuid_string
 from server.zk import paths
 from server.zk.client import (
@@ -66,7 +69,7 @@ from server.zk.paths import (
     SupportedFeatureRange,
     ZnodeDecodeError,
 )
-from server.zkbroker.apis import zk_broker_apis
+from server.api.catalog import NodeRole, served_table
 from server.zkbroker.cache import UpdateOutcome, ZkMetadataCache, apply_update_metadata
 
 log = get_logger("zkbroker")
@@ -110,7 +113,7 @@ class ZkBrokerFatalError(Exception):
     id is registered by another live broker). The message says why."""
 
 
-class ZkBrokerNode:
+class ZkBrokerNode(ZkBrokerServices):
     """One ZooKeeper-mode broker. `run()` serves until stopped or fatal."""
 
     # ZooKeeper-mode brokers authorize nothing (the migration source, not an API surface).
@@ -129,12 +132,12 @@ class ZkBrokerNode:
         self.metrics = Metrics()
         self._init_zk_broker_metrics()
         self.metrics_port: int | None = None
-        self.served_apis = zk_broker_apis()
+        self.served_apis = served_table(NodeRole.ZK_BROKER)
         self.supported_node_features = release_supported_features(
             config.release, config.unstable_feature_versions_enable)
         self._supported = {name: (r.min_level, r.max_level) for name, r in self.supported_node_features.items()}
         self._advertised = {api.api_key: (api.min_version, api.max_version) for api in self.served_apis.values()}
-        self._api_versions_cache: dict[tuple[int, int], bytes] = {}
+        self._api_versions_cache = ApiVersionsCache(self.served_apis, self._migration_ready_field)
         self.metadata_cache = ZkMetadataCache()
         self.connections = ConnectionRegistry()
         self.cluster_id = ""
@@ -164,6 +167,10 @@ class ZkBrokerNode:
         controller role back to a ZooKeeper broker)."""
         return MetadataType.DUAL if self.metadata_cache.is_kraft_controller else MetadataType.ZOOKEEPER
 
+    @property
+    def node_id(self) -> int:
+        return self.broker_id
+
     def metadata_type_value(self) -> int:
         return int(self.metadata_type)
 
@@ -181,20 +188,11 @@ class ZkBrokerNode:
         return self._advertised
 
     def api_versions_body(self, version: int) -> bytes:
-        from server.handlers import api_versions
+        return self._api_versions_cache.body(version, self.features_version, self)
 
-        key = (version, self.features_version)
-        body = self._api_versions_cache.get(key)
-        if body is None:
-            fields = api_versions.build_body(self, version)
-            if version >= 3:
-                fields["zk_migration_ready"] = bool(self.migration_enabled)
-            api = self.served_apis[18]
-            body = api.response.encode(version, fields)
-            if len(self._api_versions_cache) > 64:
-                self._api_versions_cache.clear()
-            self._api_versions_cache[key] = body
-        return body
+    def _migration_ready_field(self, version: int) -> dict:
+        """KIP-866: a ZooKeeper-mode broker says whether it is ready to migrate (v3+)."""
+        return {"zk_migration_ready": bool(self.migration_enabled)} if version >= 3 else {}
 
     def own_endpoint(self) -> Endpoint:
         advertised = self.config.advertised_listener
@@ -369,10 +367,7 @@ class ZkBrokerNode:
                                                        self.config.listener.port, registry=self.connections,
                                                        task_status=task_status))
                 self.port = listeners[0].socket.getsockname()[1]
-                if self.config.metrics_port is not None:
-                    self.metrics_port = await nursery.start(
-                        serve_metrics, self.metrics.registry, self.config.listener.host, self.config.metrics_port,
-                        self.refresh_metrics)
+                await start_metrics_endpoint(nursery, self)
                 try:
                     with trio.fail_after(REGISTER_TIMEOUT_S):
                         await self._register(zk)
@@ -413,9 +408,6 @@ class ZkBrokerNode:
         controller registers ZooKeeper brokers from ZooKeeper itself, so this is a
         handshake: the broker learns its KRaft broker epoch. Retried with backoff until the
         active controller knows it (after the copy), then done."""
-        from server.client import ClientError, KafkaClient
-        from server.security.client_config import ClientSecurity
-
         incarnation = uuid.uuid4()
         endpoint = self.own_endpoint()
         request = {

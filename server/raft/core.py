@@ -66,11 +66,12 @@ from protocol.errors import DecodeError, ErrorCode
 from protocol.raft_records import LEADER_CHANGE_MESSAGE
 from protocol.record_batch import ControlRecordType
 from server.raft import messages as m
-from server.raft.log import Batch, EpochEndOffset, PassThroughRecordsCodec, RaftLog, RecordsCodec, SnapshotId
+from server.raft.log import Batch, PassThroughRecordsCodec, RaftLog, RecordsCodec
 from server.raft.messages import ApiKey, Body
 from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
+from server.values import EpochEndOffset, LeaderEpoch, NodeId, Offset, SnapshotId
 
 # How far above the highest epoch it learned from answers to its own requests a node
 # lets requests (Vote, BeginQuorumEpoch, EndQuorumEpoch) move it. Requests are what
@@ -113,8 +114,8 @@ class Role(Enum):
 
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
-    node_id: int
-    voters: frozenset[int]
+    node_id: NodeId
+    voters: frozenset[NodeId]
     cluster_id: str
     # Kafka's controller.quorum.* defaults.
     election_timeout_ms: int = 1000
@@ -158,7 +159,7 @@ class RaftConfig:
 # -- log operations the driver applies, in order -------------------------------
 
 class TruncateTo(NamedTuple):
-    offset: int
+    offset: Offset
 
 
 class Append(NamedTuple):
@@ -174,7 +175,7 @@ LogOp = TruncateTo | Append | InstallSnapshot
 
 
 class OutboundRequest(NamedTuple):
-    destination: int
+    destination: NodeId
     api_key: ApiKey
     body: Body
 
@@ -182,7 +183,7 @@ class OutboundRequest(NamedTuple):
 class OutboundResponse(NamedTuple):
     """The late answer to a request `handle_request` deferred; `token` is what the driver passed in."""
 
-    destination: int
+    destination: NodeId
     api_key: ApiKey
     token: Any
     body: Body
@@ -190,15 +191,15 @@ class OutboundResponse(NamedTuple):
 
 class RoleChange(NamedTuple):
     role: Role
-    epoch: int
-    leader_id: int | None
+    epoch: LeaderEpoch
+    leader_id: NodeId | None
 
 
 class NotLeader(NamedTuple):
     """`propose` on a node that cannot accept writes: where the leader is, if known."""
 
-    leader_id: int | None
-    epoch: int
+    leader_id: NodeId | None
+    epoch: LeaderEpoch
 
 
 class _Deferred:
@@ -217,7 +218,7 @@ class Ready:
     flush_before_send: bool = False
     requests: list[OutboundRequest] = field(default_factory=list)
     responses: list[OutboundResponse] = field(default_factory=list)
-    high_watermark: int | None = None
+    high_watermark: Offset | None = None
     role_change: RoleChange | None = None
 
     @property
@@ -229,10 +230,10 @@ class Ready:
 class ReplicaState:
     """What the leader knows of one replica in its epoch."""
 
-    end_offset: int = -1
+    end_offset: Offset = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
-    last_sent_high_watermark: int = -1
+    last_sent_high_watermark: Offset = -1
     begin_epoch_acked: bool = False
     begin_epoch_sent_ms: int = -1
     # A Fetch with this leader's token for the voter has arrived.
@@ -257,11 +258,11 @@ class _SnapshotDownload:
 class QuorumInfo:
     """What DescribeQuorum reports (only meaningful on the leader)."""
 
-    leader_id: int | None
-    epoch: int
-    high_watermark: int
-    voters: dict[int, ReplicaState]
-    observers: dict[int, ReplicaState]
+    leader_id: NodeId | None
+    epoch: LeaderEpoch
+    high_watermark: Offset
+    voters: dict[NodeId, ReplicaState]
+    observers: dict[NodeId, ReplicaState]
 
 
 class RaftCore:
@@ -328,15 +329,15 @@ class RaftCore:
     # ------------------------------------------------------------------
 
     @property
-    def epoch(self) -> int:
+    def epoch(self) -> LeaderEpoch:
         return self._state.epoch
 
     @property
-    def leader_id(self) -> int | None:
+    def leader_id(self) -> NodeId | None:
         return self._state.leader_id
 
     @property
-    def voted_id(self) -> int | None:
+    def voted_id(self) -> NodeId | None:
         return self._state.voted_id
 
     @property
@@ -344,22 +345,22 @@ class RaftCore:
         return self._state
 
     @property
-    def leader_high_watermark(self) -> int | None:
+    def leader_high_watermark(self) -> Offset | None:
         """The leader's high watermark, or None until it has committed in its epoch (or not leader)."""
         return self._leader_high_watermark if self.role is Role.LEADER else None
 
     @property
-    def epoch_start_offset(self) -> int:
+    def epoch_start_offset(self) -> Offset:
         return self._epoch_start_offset
 
     @property
-    def end_offset(self) -> int:
+    def end_offset(self) -> Offset:
         """End of the log including operations not yet applied by the driver."""
         end, _ = self._view_end()
         return end
 
     @property
-    def last_epoch(self) -> int:
+    def last_epoch(self) -> LeaderEpoch:
         _, epoch = self._view_end()
         return epoch
 
@@ -405,7 +406,7 @@ class RaftCore:
         self._ready_outstanding = True
         return ready
 
-    def advance(self, ready: Ready, flushed_end_offset: int, now_ms: int) -> None:
+    def advance(self, ready: Ready, flushed_end_offset: Offset, now_ms: int) -> None:
         """The driver did everything `ready` asked; `flushed_end_offset` is the log's durable end."""
         if not self._ready_outstanding:
             raise RaftInvariantError("advance() without ready()")
@@ -419,7 +420,7 @@ class RaftCore:
                 # New data is readable now: answer the fetches that were waiting for it.
                 self._complete_parked(now_ms, only_expired=False)
 
-    def note_flushed(self, flushed_end_offset: int, now_ms: int) -> None:
+    def note_flushed(self, flushed_end_offset: Offset, now_ms: int) -> None:
         """The driver flushed the log outside a Ready (a leader's group commit)."""
         self._check_not_in_ready()
         self._now_ms = now_ms
@@ -747,7 +748,7 @@ class RaftCore:
     # Proposals and shutdown
     # ------------------------------------------------------------------
 
-    def propose(self, values: list[bytes], now_ms: int) -> tuple[int, int] | NotLeader:
+    def propose(self, values: list[bytes], now_ms: int) -> tuple[Offset, Offset] | NotLeader:
         """Appends `values` as one batch if this node is the leader; returns (base offset, epoch)."""
         self._check_not_in_ready()
         self._now_ms = now_ms
@@ -772,7 +773,7 @@ class RaftCore:
     # Requests
     # ------------------------------------------------------------------
 
-    def handle_request(self, sender_id: int, api_key: int, body: Body, now_ms: int, token: Any = None) -> Body | _Deferred:
+    def handle_request(self, sender_id: NodeId, api_key: int, body: Body, now_ms: int, token: Any = None) -> Body | _Deferred:
         """Answers one request now, or returns DEFERRED and answers later in `Ready.responses` with `token`."""
         self._check_not_in_ready()
         self._now_ms = now_ms
@@ -1121,7 +1122,7 @@ class RaftCore:
     # Responses
     # ------------------------------------------------------------------
 
-    def handle_response(self, sender_id: int, api_key: int, request_body: Body, response_body: Body | None,
+    def handle_response(self, sender_id: NodeId, api_key: int, request_body: Body, response_body: Body | None,
                         now_ms: int) -> None:
         """A response (or None: the request failed or timed out) to a request from a Ready."""
         self._check_not_in_ready()

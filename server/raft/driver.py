@@ -82,36 +82,22 @@ from server.raft.core import (
     Ready,
     Role,
 )
-from server.raft.log import SnapshotId
 from server.raft.messages import WIRE_VERSIONS, ApiKey, Body
 from server.raft.validate import PeerRules, Refusal, check_request, check_response, refusal_response
-from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored, to_stored_id
+from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored
 from server.storage.log import LogClosedError, LogFailedError, OffsetOutOfRangeError
 from server.storage.snapshot import snapshot_path
+from server.values import SnapshotId
 
 _log = get_logger("raft")
 
-# Stable event names (the lead moves them into observability.Event).
-RAFT_DRIVER_STARTED = Event.RAFT_DRIVER_STARTED
-RAFT_DRIVER_STOPPED = Event.RAFT_DRIVER_STOPPED
-RAFT_BECAME_LEADER = Event.RAFT_BECAME_LEADER
-RAFT_BECAME_FOLLOWER = Event.RAFT_BECAME_FOLLOWER
-RAFT_ELECTION_STARTED = Event.RAFT_ELECTION_STARTED
-RAFT_PRE_VOTE_STARTED = Event.RAFT_PRE_VOTE_STARTED
-RAFT_BECAME_UNATTACHED = Event.RAFT_BECAME_UNATTACHED
-RAFT_RESIGNED = Event.RAFT_RESIGNED
-RAFT_HIGH_WATERMARK_ADVANCED = Event.RAFT_HIGH_WATERMARK_ADVANCED
-RAFT_LOG_TRUNCATED = Event.RAFT_LOG_TRUNCATED
-RAFT_SNAPSHOT_INSTALLED = Event.RAFT_SNAPSHOT_INSTALLED
-RAFT_LOG_COMPACTED = Event.RAFT_LOG_COMPACTED
-
 _ROLE_EVENTS = {
-    Role.LEADER: RAFT_BECAME_LEADER,
-    Role.FOLLOWER: RAFT_BECAME_FOLLOWER,
-    Role.CANDIDATE: RAFT_ELECTION_STARTED,
-    Role.PROSPECTIVE: RAFT_PRE_VOTE_STARTED,
-    Role.UNATTACHED: RAFT_BECAME_UNATTACHED,
-    Role.RESIGNED: RAFT_RESIGNED,
+    Role.LEADER: Event.RAFT_BECAME_LEADER,
+    Role.FOLLOWER: Event.RAFT_BECAME_FOLLOWER,
+    Role.CANDIDATE: Event.RAFT_ELECTION_STARTED,
+    Role.PROSPECTIVE: Event.RAFT_PRE_VOTE_STARTED,
+    Role.UNATTACHED: Event.RAFT_BECAME_UNATTACHED,
+    Role.RESIGNED: Event.RAFT_RESIGNED,
 }
 
 DEFAULT_INBOX_CAPACITY = 4096
@@ -629,7 +615,7 @@ class RaftDriver:
 
         async def run(driver: RaftDriver) -> int:
             start = await driver.storage.compact(snapshot_id)
-            _log.info(RAFT_LOG_COMPACTED, node_id=driver.config.node_id, end_offset=snapshot_id.end_offset,
+            _log.info(Event.RAFT_LOG_COMPACTED, node_id=driver.config.node_id, end_offset=snapshot_id.end_offset,
                       epoch=snapshot_id.epoch, log_start_offset=start)
             driver._notify()
             return start
@@ -682,7 +668,7 @@ class RaftDriver:
                 for peer in self._peers.values():
                     await nursery.start(peer.run)
                 self._running = True
-                _log.info(RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=self._core.epoch,
+                _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=self._core.epoch,
                           voters=sorted(self.config.voters), log_start_offset=self.storage.start_offset,
                           log_end_offset=self.storage.end_offset)
                 task_status.started()
@@ -699,7 +685,7 @@ class RaftDriver:
             self._send_channel.close()
             self._fail_queued()
             self._notify(role=True)
-            _log.info(RAFT_DRIVER_STOPPED, node_id=self.config.node_id)
+            _log.info(Event.RAFT_DRIVER_STOPPED, node_id=self.config.node_id)
 
     def _fail_queued(self) -> None:
         # Bounded by the channel capacity.
@@ -865,11 +851,11 @@ class RaftDriver:
                 self.appends += 1
                 self.appended_batches += applied.appended_batches
             for offset in applied.truncated_to:
-                _log.warning(RAFT_LOG_TRUNCATED, node_id=self.config.node_id, offset=offset,
+                _log.warning(Event.RAFT_LOG_TRUNCATED, node_id=self.config.node_id, offset=offset,
                              log_end_offset=self.storage.end_offset)
             for snapshot_id in applied.installed:
                 self.snapshot_generation += 1
-                _log.info(RAFT_SNAPSHOT_INSTALLED, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
+                _log.info(Event.RAFT_SNAPSHOT_INSTALLED, node_id=self.config.node_id, end_offset=snapshot_id.end_offset,
                           epoch=snapshot_id.epoch)
         # 3. What a non-leader sends (fetch offsets, votes) must be durable.
         if not is_leader and self.storage.has_staged:
@@ -878,7 +864,7 @@ class RaftDriver:
         if ready.high_watermark is not None and ready.high_watermark > self._high_watermark:
             self._high_watermark = ready.high_watermark
             changed = True
-            _log.debug(RAFT_HIGH_WATERMARK_ADVANCED, node_id=self.config.node_id, high_watermark=ready.high_watermark)
+            _log.debug(Event.RAFT_HIGH_WATERMARK_ADVANCED, node_id=self.config.node_id, high_watermark=ready.high_watermark)
         if ready.role_change is not None:
             change = ready.role_change
             changed = True
@@ -1132,7 +1118,7 @@ class CommittedReader:
                 if snapshot_id is None or snapshot_id.end_offset < start:
                     raise RuntimeError(f"log starts at {start} but no snapshot covers offset {self.position}")
                 self.position = snapshot_id.end_offset
-                path = snapshot_path(storage.directory, to_stored_id(snapshot_id))
+                path = snapshot_path(storage.directory, snapshot_id)
                 return [SnapshotLoaded(snapshot_id, path)]
             high_watermark = driver.high_watermark
             if self.position < high_watermark:

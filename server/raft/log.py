@@ -1,7 +1,8 @@
 """What the Raft core sees of the replicated log, and an in-memory log for the simulator.
 
-Owns: the `Batch` and `SnapshotId` value types, the `RaftLog` protocol (the
-read side the core needs), the records codecs that turn batches into a Fetch
+Owns: the `Batch` value type, the `RaftLog` protocol (the read side the core
+needs; its `SnapshotId` and `EpochEndOffset` come from `server/values.py`,
+shared with the storage log), the records codecs that turn batches into a Fetch
 response's `records` field, and `MemoryRaftLog`, a log whose tail is volatile
 until `flush` (so a simulated kill -9 loses exactly the unflushed writes).
 
@@ -10,8 +11,9 @@ Rules kept here:
   snapshot, delete a prefix) is done by the driver, from `Ready`.
 - Epoch semantics follow KRaft: an empty log has last epoch 0; after a
   snapshot, the snapshot's (end offset, epoch) is the boundary below the first
-  entry; `end_offset_for_epoch` answers the divergence question exactly like
-  `server/storage/log.py` (largest epoch <= the asked one, and where it ends).
+  entry; `end_offset_for_epoch` answers the divergence question with the rule
+  `server/storage/log.py` uses too (`server.values.end_offset_for_epoch_in`:
+  largest epoch <= the asked one, and where it ends).
 - Batches are never split: a read returns whole batches, at least one if any
   exist at `from_offset`, so a fetcher always makes progress.
 """
@@ -24,20 +26,21 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from protocol.record_batch import decode_batches, encode_batch
+from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, Offset, SnapshotId, end_offset_for_epoch_in
 
 
 class Batch(NamedTuple):
     """One batch of the metadata log: consecutive offsets written by one leader in one epoch."""
 
-    base_offset: int
-    epoch: int
+    base_offset: Offset
+    epoch: LeaderEpoch
     values: tuple[bytes, ...]
     # A KRaft control batch (LeaderChange, ...) carries its ControlRecordType id.
     control_type: int | None = None
     timestamp_ms: int = 0
 
     @property
-    def next_offset(self) -> int:
+    def next_offset(self) -> Offset:
         return self.base_offset + len(self.values)
 
     @property
@@ -46,37 +49,25 @@ class Batch(NamedTuple):
         return 61 + sum(len(value) + 8 for value in self.values)
 
 
-class SnapshotId(NamedTuple):
-    """A snapshot covers offsets [0, end_offset); `epoch` is the epoch of offset end_offset - 1."""
-
-    end_offset: int
-    epoch: int
-
-
-class EpochEndOffset(NamedTuple):
-    epoch: int
-    end_offset: int
-
-
 class RaftLog(Protocol):
     """The read side of the log, as the core needs it (the driver owns writes)."""
 
     @property
-    def start_offset(self) -> int: ...
+    def start_offset(self) -> Offset: ...
 
     @property
-    def end_offset(self) -> int: ...
+    def end_offset(self) -> Offset: ...
 
     @property
-    def last_epoch(self) -> int: ...
+    def last_epoch(self) -> LeaderEpoch: ...
 
-    def epoch_before(self, offset: int) -> int:
+    def epoch_before(self, offset: Offset) -> LeaderEpoch:
         """Epoch of the entry at `offset - 1` (snapshot epoch at the log start, 0 at offset 0)."""
         ...
 
-    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None: ...
+    def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None: ...
 
-    def read(self, from_offset: int, max_bytes: int) -> list[Batch]: ...
+    def read(self, from_offset: Offset, max_bytes: int) -> list[Batch]: ...
 
     def latest_snapshot_id(self) -> SnapshotId | None: ...
 
@@ -129,21 +120,6 @@ def _base_offset(batch: Batch) -> int:
     return batch.base_offset
 
 
-def end_offset_for_epoch_in(
-    epoch_starts: Sequence[tuple[int, int]], end_offset: int, epoch: int
-) -> EpochEndOffset | None:
-    """KRaft's endOffsetForEpoch over an ascending (epoch, start offset) list ending at `end_offset`."""
-    if not epoch_starts or epoch > epoch_starts[-1][0]:
-        return None
-    if epoch == epoch_starts[-1][0]:
-        return EpochEndOffset(epoch, end_offset)
-    index = bisect_right([entry[0] for entry in epoch_starts], epoch)
-    next_start = epoch_starts[index][1]
-    if index == 0:
-        return EpochEndOffset(epoch, next_start)
-    return EpochEndOffset(epoch_starts[index - 1][0], next_start)
-
-
 @dataclass
 class MemoryRaftLog:
     """An in-memory `RaftLog` with a durable prefix and a volatile tail.
@@ -182,16 +158,16 @@ class MemoryRaftLog:
         index = self._batch_index(offset - 1)
         return self.batches[index].epoch
 
-    def _epoch_starts(self) -> list[tuple[int, int]]:
-        starts: list[tuple[int, int]] = []
+    def _epoch_starts(self) -> list[EpochEntry]:
+        starts: list[EpochEntry] = []
         if self.snapshot_id is not None:
-            starts.append((self.snapshot_id.epoch, self.snapshot_id.end_offset))
+            starts.append(EpochEntry(self.snapshot_id.epoch, self.snapshot_id.end_offset))
         for batch in self.batches:
-            if not starts or batch.epoch > starts[-1][0]:
-                starts.append((batch.epoch, batch.base_offset))
+            if not starts or batch.epoch > starts[-1].epoch:
+                starts.append(EpochEntry(batch.epoch, batch.base_offset))
         return starts
 
-    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
+    def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None:
         return end_offset_for_epoch_in(self._epoch_starts(), self.end_offset, epoch)
 
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from protocol.raft_records import QUORUM_STATE_DATA
 from server.raft.validate import MAX_EPOCH
 from server.storage.durable import write_file_atomically
+from server.values import LeaderEpoch, NodeId
 
 QUORUM_STATE_FILE_NAME = "quorum-state"
 # Version 0 of QuorumStateData (the static-voters layout).
@@ -37,9 +38,9 @@ NO_ID = -1
 
 @dataclass(frozen=True, slots=True)
 class QuorumState:
-    epoch: int = 0
-    leader_id: int | None = None
-    voted_id: int | None = None
+    epoch: LeaderEpoch = 0
+    leader_id: NodeId | None = None
+    voted_id: NodeId | None = None
 
     def __post_init__(self) -> None:
         if self.epoch < 0:
@@ -70,7 +71,7 @@ def check_transition(old: QuorumState, new: QuorumState) -> None:
             )
 
 
-def encode_quorum_state(state: QuorumState, cluster_id: str, voters: frozenset[int]) -> bytes:
+def encode_quorum_state(state: QuorumState, cluster_id: str, voters: frozenset[NodeId]) -> bytes:
     document = {
         # Kafka's JSON converter writes the fields of QuorumStateData in camelCase.
         "clusterId": cluster_id,
@@ -125,11 +126,7 @@ def _decode(data: bytes) -> tuple[QuorumState, str]:
     return state, cluster_id
 
 
-def decode_quorum_state(data: bytes) -> QuorumState:
-    return _decode(data)[0]
-
-
-def check_quorum_state(state: QuorumState, file_cluster_id: str, cluster_id: str, voters: frozenset[int]) -> None:
+def check_quorum_state(state: QuorumState, file_cluster_id: str, cluster_id: str, voters: frozenset[NodeId]) -> None:
     """What the stored state must agree with in the node's configuration."""
     # Kafka's own files may carry an empty clusterId: nothing to compare then.
     if file_cluster_id and file_cluster_id != cluster_id:
@@ -180,7 +177,7 @@ def write_quorum_state(
 class FileQuorumStateStore:
     """The durable store a trio driver uses (call `write` from a worker thread)."""
 
-    def __init__(self, directory: str | os.PathLike[str], cluster_id: str, voters: frozenset[int]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], cluster_id: str, voters: frozenset[NodeId]) -> None:
         self._directory = os.fspath(directory)
         self._cluster_id = cluster_id
         self._voters = voters

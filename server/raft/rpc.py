@@ -39,9 +39,9 @@ def sender_of(api_key: int, body: Body) -> int:
 
 def offer(ctx, request, answer) -> None:
     """Dispatcher handler (answers later) for keys 1, 52, 53, 54, 59: hands the request
-    to `ctx.node.raft_driver`, which calls `answer(body)` once it has the answer."""
+    to `ctx.services.raft_driver`, which calls `answer(body)` once it has the answer."""
     api_key = ctx.api_key
-    driver = getattr(ctx.node, "raft_driver", None)
+    driver = getattr(ctx.services, "raft_driver", None)
     if driver is None or not driver.running:
         answer(error_response(api_key, ErrorCode.BROKER_NOT_AVAILABLE))
         return

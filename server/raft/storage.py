@@ -64,11 +64,11 @@ import trio
 from protocol.record_batch import decode_batch, encode_batch, peek_batch_length
 from server.observability import get_logger
 from server.raft.core import Append, InstallSnapshot, LogOp, TruncateTo
-from server.raft.log import Batch, EpochEndOffset, SnapshotId, end_offset_for_epoch_in
+from server.raft.log import Batch
 from server.storage.log import MetadataLog
 from server.storage.snapshot import SnapshotConfig, SnapshotReceiver, delete_snapshots_before, latest_snapshot
-from server.storage.snapshot import SnapshotId as StoredSnapshotId
 from server.storage.snapshot import UnknownSnapshotError, read_chunk, snapshot_path
+from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, SnapshotId, end_offset_for_epoch_in
 
 _log = get_logger("raft.storage")
 
@@ -148,14 +148,6 @@ class StoredRecordsCodec:
         return list(decode_stored(records))
 
 
-def to_stored_id(snapshot_id: SnapshotId) -> StoredSnapshotId:
-    return StoredSnapshotId(snapshot_id.end_offset, snapshot_id.epoch)
-
-
-def to_raft_id(snapshot_id: StoredSnapshotId | None) -> SnapshotId | None:
-    return None if snapshot_id is None else SnapshotId(snapshot_id.end_offset, snapshot_id.epoch)
-
-
 @dataclass(slots=True)
 class AppliedOps:
     """What applying a Ready's log operations did, for the driver's events."""
@@ -175,7 +167,7 @@ class MetadataRaftLog:
         self.metadata_log = log
         self.directory = log.directory
         self._snapshot_config = snapshot_config or SnapshotConfig()
-        self._latest_snapshot = to_raft_id(latest_snapshot(self.directory))
+        self._latest_snapshot = latest_snapshot(self.directory)
         self._tail_cache_bytes = tail_cache_bytes
         self._cache: list[StoredBatch] = []
         self._cache_offsets: list[int] = []
@@ -244,21 +236,21 @@ class MetadataRaftLog:
             return log.epoch_before_start or 0
         return entries[index].epoch
 
-    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
-        # The same (epoch, start) list MemoryRaftLog builds, so divergence
-        # answers match the simulator's: the snapshot's epoch starts the list.
+    def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None:
+        # The same epoch list MemoryRaftLog builds, so divergence answers match
+        # the simulator's: the snapshot's epoch starts the list.
         log = self.metadata_log
-        starts: list[tuple[int, int]] = []
+        starts: list[EpochEntry] = []
         start = log.start_offset
         if start > 0 and log.epoch_before_start is not None:
-            starts.append((log.epoch_before_start, start))
+            starts.append(EpochEntry(log.epoch_before_start, start))
         for entry in log.epoch_start_offsets():
-            if not starts or entry.epoch > starts[-1][0]:
-                starts.append((entry.epoch, entry.start_offset))
+            if not starts or entry.epoch > starts[-1].epoch:
+                starts.append(entry)
         # All of `_staged` (see epoch_before); a batch both written and staged adds nothing.
         for batch in self._staged:
-            if not starts or batch.epoch > starts[-1][0]:
-                starts.append((batch.epoch, batch.base_offset))
+            if not starts or batch.epoch > starts[-1].epoch:
+                starts.append(EpochEntry(batch.epoch, batch.base_offset))
         return end_offset_for_epoch_in(starts, self.end_offset, epoch)
 
     def read_cached(self, from_offset: int, max_bytes: int) -> list[Batch] | None:
@@ -311,7 +303,7 @@ class MetadataRaftLog:
 
     def snapshot_size(self, snapshot_id: SnapshotId) -> int | None:
         try:
-            return os.stat(snapshot_path(self.directory, to_stored_id(snapshot_id))).st_size
+            return os.stat(snapshot_path(self.directory, snapshot_id)).st_size
         except FileNotFoundError:
             return None
 
@@ -319,7 +311,7 @@ class MetadataRaftLog:
         if max_bytes <= 0:
             return b""
         try:
-            return read_chunk(self.directory, to_stored_id(snapshot_id), position, max_bytes)
+            return read_chunk(self.directory, snapshot_id, position, max_bytes)
         except UnknownSnapshotError:
             return None
 
@@ -401,7 +393,7 @@ class MetadataRaftLog:
         # the snapshot file was durable before the reset began, nothing to cut.
         if log.start_offset <= durable_end < log.end_offset:
             log.truncate_to(durable_end)
-        return to_raft_id(latest_snapshot(self.directory))
+        return latest_snapshot(self.directory)
 
     def _probe_disk_sync(self) -> None:
         """Raises OSError unless DISK_PROBE_BYTES can be written and fsynced in the log's
@@ -488,7 +480,7 @@ class MetadataRaftLog:
         if self._latest_snapshot is None or snapshot_id > self._latest_snapshot:
             self._latest_snapshot = snapshot_id
         start = await trio.to_thread.run_sync(self.metadata_log.delete_before, snapshot_id.end_offset)
-        await trio.to_thread.run_sync(delete_snapshots_before, self.directory, to_stored_id(snapshot_id))
+        await trio.to_thread.run_sync(delete_snapshots_before, self.directory, snapshot_id)
         self._cache_drop_below(start)
         return start
 
@@ -499,14 +491,13 @@ class MetadataRaftLog:
         return stored  # type: ignore[return-value]
 
     def _install_sync(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        stored_id = to_stored_id(snapshot_id)
-        if not os.path.exists(snapshot_path(self.directory, stored_id)):
+        if not os.path.exists(snapshot_path(self.directory, snapshot_id)):
             # Verified in full before the rename; a corrupt transfer raises (and stops the node).
-            with SnapshotReceiver(self.directory, stored_id, len(data), self._snapshot_config) as receiver:
+            with SnapshotReceiver(self.directory, snapshot_id, len(data), self._snapshot_config) as receiver:
                 receiver.write(0, data)
                 receiver.finish()
         self.metadata_log.reset_to(snapshot_id.end_offset, snapshot_id.epoch)
-        delete_snapshots_before(self.directory, stored_id)
+        delete_snapshots_before(self.directory, snapshot_id)
 
     # -- the tail cache ---------------------------------------------------------
 

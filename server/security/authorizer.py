@@ -3,8 +3,8 @@
 Owns: `AuthorizerConfig` (from `authorizer.class.name`, `super.users`,
 `allow.everyone.if.no.acl.found`), `StandardAuthorizer` (an index of the image's ACLs
 and the decision for one (principal, host, operation, resource)), `check_request`
-(the per-API gate the dispatcher calls, rules in server/security/api_rules.py) and
-`build_authorizer`.
+(the per-API gate the dispatcher calls, with the API's rule from its catalog entry,
+server/api/catalog.py) and `build_authorizer`.
 
 Semantics (Kafka's StandardAuthorizer, carried over as facts):
 - a super user (`super.users`, "User:admin;User:broker") may do everything;
@@ -248,15 +248,16 @@ class StandardAuthorizer:
         return bits
 
     # -- the per-API gate -------------------------------------------------------------
-    def check_request(self, ctx, api_key: int, request) -> dict | None:
+    def check_request(self, ctx, api, request) -> dict | None:
         """None lets the request through (per-item checks, if any, are the handler's);
-        otherwise the API's full response body refusing it."""
-        rule = api_rules.RULES.get(api_key)
-        if rule is None or rule.operation is None or (not rule.on_brokers and ctx.node.is_broker):
+        otherwise the API's full response body refusing it. `api` is the API's catalog
+        entry or a node's ServedApi of it (both carry `rule`, `name`, `error_response`)."""
+        rule = api.rule
+        if rule.operation is None or (not rule.on_brokers and ctx.services.is_broker):
             return None
-        if self.authorize_cluster(ctx, rule.operation, rule.api_name):
+        if self.authorize_cluster(ctx, rule.operation, api.name):
             return None
-        return api_rules.refusal(api_key, ctx.api_version, request)
+        return api_rules.refusal(api, ctx.api_version, request)
 
 
 def _who(principal_text: str) -> tuple[str, ...]:

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from server.config import SASL_PROTOCOLS, SECURITY_PROTOCOL_IDS, TLS_PROTOCOLS, ServerConfig, SslConfig
+from server.security.jaas import JaasError, parse_jaas_config
+from server.security.tls import client_ssl_context
 
 
 class ClientSecurityError(ValueError):
@@ -62,8 +64,6 @@ class ClientSecurity:
         """The client SSLContext (None for PLAINTEXT / SASL_PLAINTEXT)."""
         if not self.uses_tls:
             return None
-        from server.net.tls import client_ssl_context
-
         return client_ssl_context(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password,
                                   self.ssl_check_hostname)
 
@@ -132,8 +132,6 @@ class ClientSecurity:
 
 def _jaas_credentials(text: str) -> tuple[str | None, str | None]:
     """username and password of a client JAAS line (PlainLoginModule, ScramLoginModule)."""
-    from server.security.jaas import JaasError, parse_jaas_config
-
     try:
         jaas = parse_jaas_config(text)
     except JaasError as exc:

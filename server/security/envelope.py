@@ -2,8 +2,9 @@
 
 Owns: the serialized principal (`serialize_principal` / `deserialize_principal`:
 an int16 version followed by DefaultPrincipalData at that version, as Kafka's
-default principal builder writes it), the client address bytes (4 bytes IPv4,
-16 bytes IPv6), and the set of APIs a broker may forward.
+default principal builder writes it) and the client address bytes (4 bytes IPv4,
+16 bytes IPv6). Which APIs a broker may forward is the API catalog's
+(server/api/catalog.py: the broker role's forwarding handler).
 
 Why: a broker that relays an operator's UpdateFeatures or CreateAcls to the
 active controller must not have it authorized as *the broker* (a super user or a
@@ -16,18 +17,14 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+from protocol.api_keys import ApiKey
 from protocol.errors import DecodeError
 from protocol.principal import DEFAULT_PRINCIPAL_DATA
 from server.security.model import KafkaPrincipal
 
-ENVELOPE_KEY = 58
+ENVELOPE_KEY = ApiKey.ENVELOPE
 _INT16 = struct.Struct(">h")
 PRINCIPAL_DATA_VERSION = 0
-
-# What a broker forwards (server/apis.py broker_apis): UpdateFeatures, DescribeQuorum,
-# CreateTopics, DeleteTopics, IncrementalAlterConfigs, CreateAcls, DeleteAcls,
-# AlterUserScramCredentials, and kraftwerk's DescribeMigration.
-FORWARDABLE_APIS = frozenset((57, 55, 19, 20, 44, 30, 31, 51, 10001))
 
 
 class EnvelopeError(Exception):

@@ -22,12 +22,13 @@ Facts carried over from Kafka's KafkaApis / ControllerApis:
   whether it exists or not, one asked for by id UNKNOWN_TOPIC_ID (no leak either way).
 
 Rules kept here:
-- With no authorizer (`ctx.node.authorizer` None) every function is the identity.
+- With no authorizer (`ctx.services.authorizer` None) every function is the identity.
 - Requests are never mutated: the authorized part is a new dict with the same keys.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from protocol.errors import ErrorCode
@@ -42,7 +43,7 @@ _CONFIG_TOPIC = 2
 
 
 def _authorizer(ctx):
-    return getattr(ctx.node, "authorizer", None)
+    return getattr(ctx.services, "authorizer", None)
 
 
 def _with(request: Any, key: str, items: list) -> dict:
@@ -75,7 +76,7 @@ def delete_topics(ctx, request, version: int) -> tuple[Any, list[dict]]:
     authorizer = _authorizer(ctx)
     if authorizer is None:
         return request, []
-    state = ctx.node.state
+    state = ctx.services.image
 
     def may_delete(name: str | None, topic_id) -> tuple[bool, str | None]:
         """(allowed, the name to report). By id, a topic the principal may not describe
@@ -103,7 +104,6 @@ def delete_topics(ctx, request, version: int) -> tuple[Any, list[dict]]:
                                 "error_message": message})
         key = "topics"
     else:
-        import uuid
         for name in request.topic_names:
             if may_delete(name, None)[0]:
                 allowed.append(name)

@@ -8,8 +8,6 @@ Everything here is synchronous file I/O, called from trio through
 from server.storage.log import (
     BatchRejectedError,
     CorruptLogError,
-    EpochEndOffset,
-    EpochEntry,
     LogClosedError,
     LogConfig,
     LogFailedError,
@@ -30,8 +28,6 @@ from server.storage.meta_properties import (
 __all__ = [
     "BatchRejectedError",
     "CorruptLogError",
-    "EpochEndOffset",
-    "EpochEntry",
     "LogClosedError",
     "LogConfig",
     "LogFailedError",

@@ -93,6 +93,7 @@ from protocol.record_batch import (
     peek_batch_length,
 )
 from server.observability import Event, get_logger
+from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, Offset, end_offset_for_epoch_in
 from server.storage.recovery_point import (
     RECOVERY_POINT_FILE_NAME,
     RecoveryPoint,
@@ -188,16 +189,6 @@ class OffsetOutOfRangeError(ValueError):
 
 class BatchRejectedError(ValueError):
     """An append broke a bound or an ordering rule (size, count, offsets, epochs)."""
-
-
-class EpochEntry(NamedTuple):
-    epoch: int
-    start_offset: int
-
-
-class EpochEndOffset(NamedTuple):
-    epoch: int
-    end_offset: int
 
 
 @dataclass(slots=True)
@@ -743,22 +734,22 @@ class MetadataLog:
         return self._config
 
     @property
-    def start_offset(self) -> int:
+    def start_offset(self) -> Offset:
         """The first offset the log holds (0 until a snapshot moves it; see `delete_before`)."""
         return self._start_offset
 
     @property
-    def epoch_before_start(self) -> int | None:
+    def epoch_before_start(self) -> LeaderEpoch | None:
         """Epoch of the record at start_offset - 1 (the snapshot's), if recorded."""
         return self._epoch_before_start
 
     @property
-    def end_offset(self) -> int:
+    def end_offset(self) -> Offset:
         """The offset the next appended record gets (last offset + 1)."""
         return self._segments[-1].next_offset
 
     @property
-    def last_epoch(self) -> int:
+    def last_epoch(self) -> LeaderEpoch:
         """Leader epoch of the last batch. An empty log reports the epoch recorded
         for its start (a snapshot's epoch after `reset_to`), else 0 (as Kafka's
         Raft treats a fresh log)."""
@@ -770,7 +761,7 @@ class MetadataLog:
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self._segments)
 
-    def segment_base_offsets(self) -> list[int]:
+    def segment_base_offsets(self) -> list[Offset]:
         with self._mutex:
             return [segment.base_offset for segment in self._segments]
 
@@ -779,15 +770,9 @@ class MetadataLog:
         with self._mutex:
             return list(self._epochs)
 
-    def end_offset_for_epoch(self, epoch: int) -> EpochEndOffset | None:
-        """The largest epoch <= `epoch` and the offset where it ends in this log.
-
-        This answers Raft's divergence question (Kafka's endOffsetForEpoch):
-        - `epoch` is the last epoch: (epoch, end_offset).
-        - an older epoch this log knows: (epoch, start offset of the next epoch).
-        - between known epochs: (largest known epoch below it, start of the next).
-        - below every known epoch: (epoch, start offset of the first known epoch).
-        - above the last epoch, or an empty log: None (this log cannot say).
+    def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None:
+        """The largest epoch <= `epoch` and the offset where it ends in this log:
+        Raft's divergence question, answered by `server.values.end_offset_for_epoch_in`.
         An empty log whose start epoch is recorded (after `reset_to`) answers
         as if that epoch began at the start offset.
         """
@@ -795,15 +780,7 @@ class MetadataLog:
             epochs = self._epochs
             if not epochs and self._epoch_before_start is not None:
                 epochs = [EpochEntry(self._epoch_before_start, self._start_offset)]
-            if not epochs or epoch > epochs[-1].epoch:
-                return None
-            if epoch == epochs[-1].epoch:
-                return EpochEndOffset(epoch, self.end_offset)
-            index = bisect_right([entry.epoch for entry in epochs], epoch)
-            next_start = epochs[index].start_offset
-            if index == 0:
-                return EpochEndOffset(epoch, next_start)
-            return EpochEndOffset(epochs[index - 1].epoch, next_start)
+            return end_offset_for_epoch_in(epochs, self.end_offset, epoch)
 
     # ------------------------------------------------------------------
     # Appending
@@ -812,10 +789,10 @@ class MetadataLog:
     def append(
         self,
         values: Sequence[bytes],
-        leader_epoch: int,
+        leader_epoch: LeaderEpoch,
         timestamp_ms: int,
         control_type: int | None = None,
-    ) -> tuple[int, int]:
+    ) -> tuple[Offset, Offset]:
         """Writes `values` as one batch, fsyncs, returns (base_offset, last_offset)."""
         if not values:
             raise BatchRejectedError("append needs at least one value")
@@ -832,7 +809,7 @@ class MetadataLog:
             self._write([_PendingBatch(base_offset, base_offset + len(values), leader_epoch, data)])
             return base_offset, base_offset + len(values) - 1
 
-    def append_raw(self, data: bytes | bytearray | memoryview) -> tuple[int, int]:
+    def append_raw(self, data: bytes | bytearray | memoryview) -> tuple[Offset, Offset]:
         """Appends complete, already-encoded batches (e.g. from a leader's Fetch
         response, partial tail already dropped). Every batch is verified (CRC,
         bounds), must continue at `end_offset` with no gap, and must not lower
@@ -855,7 +832,7 @@ class MetadataLog:
             position += size
         return self._append_pending(pending, batches)
 
-    def append_batches(self, batches: Iterable[RecordBatch]) -> tuple[int, int]:
+    def append_batches(self, batches: Iterable[RecordBatch]) -> tuple[Offset, Offset]:
         """Like `append_raw`, for decoded batches (re-encoded byte for byte)."""
         batch_list = list(batches)
         pending = [
@@ -973,7 +950,7 @@ class MetadataLog:
     # Reading
     # ------------------------------------------------------------------
 
-    def read(self, start_offset: int, max_bytes: int | None = None) -> list[RecordBatch]:
+    def read(self, start_offset: Offset, max_bytes: int | None = None) -> list[RecordBatch]:
         """Verified batches from the one containing `start_offset` onwards.
 
         The first batch may begin before `start_offset` (batches are never
@@ -982,7 +959,7 @@ class MetadataLog:
         """
         return decode_batches(self.read_raw(start_offset, max_bytes), max_batch_bytes=2**31)
 
-    def read_raw(self, start_offset: int, max_bytes: int | None = None) -> bytes:
+    def read_raw(self, start_offset: Offset, max_bytes: int | None = None) -> bytes:
         """Whole batches as stored, for serving Fetch without re-encoding."""
         budget = self._config.default_read_bytes if max_bytes is None else max_bytes
         with self._mutex:
@@ -1029,7 +1006,7 @@ class MetadataLog:
     # Truncation
     # ------------------------------------------------------------------
 
-    def truncate_to(self, offset: int) -> int:
+    def truncate_to(self, offset: Offset) -> Offset:
         """Removes every batch holding an offset >= `offset`; fsyncs; returns the new end offset.
 
         Batches are atomic, so if `offset` falls inside a batch that whole
@@ -1095,14 +1072,14 @@ class MetadataLog:
     # Prefix deletion and reset (snapshots)
     # ------------------------------------------------------------------
 
-    def is_batch_boundary(self, offset: int) -> bool:
+    def is_batch_boundary(self, offset: Offset) -> bool:
         """True if a batch starts at `offset`, or `offset` is the log's end (or below its start)."""
         with self._mutex:
             if offset >= self.end_offset or offset <= self._start_offset:
                 return True
             return self._batch_base_at(offset) == offset
 
-    def delete_before(self, offset: int) -> int:
+    def delete_before(self, offset: Offset) -> Offset:
         """Moves the log start up to `offset` (a snapshot's end offset) and deletes
         every segment wholly below it; returns the new start offset.
 
@@ -1139,7 +1116,7 @@ class MetadataLog:
                       old_start_offset=old_start, start_offset=offset, segments_removed=removed)
             return offset
 
-    def reset_to(self, offset: int, epoch: int) -> None:
+    def reset_to(self, offset: Offset, epoch: LeaderEpoch) -> None:
         """Discards the whole log; it then starts, empty, at `offset` with last
         epoch `epoch`. A follower does this when it installs a leader's snapshot
         whose end lies beyond (or diverges from) its own log.

@@ -57,6 +57,7 @@ from protocol.record_batch import (
 )
 from server.observability import Event, get_logger
 from server.storage.log import _fsync_directory, _pwrite_all
+from server.values import LeaderEpoch, Offset, SnapshotId
 
 _log = get_logger("storage.snapshot")
 
@@ -89,14 +90,6 @@ class SnapshotPositionError(ValueError):
 
 class SnapshotExistsError(FileExistsError):
     """A snapshot with that id is already complete; snapshots are immutable."""
-
-
-class SnapshotId(NamedTuple):
-    end_offset: int  # exclusive: the log offset the snapshot's state is "as of", plus one
-    epoch: int  # leader epoch of the last record the snapshot contains
-
-    def file_name(self) -> str:
-        return f"{self.end_offset:020d}-{self.epoch:010d}{SNAPSHOT_SUFFIX}"
 
 
 class SnapshotRecord(NamedTuple):
@@ -148,15 +141,20 @@ class SnapshotContents:
 # --------------------------------------------------------------------------
 
 
+def snapshot_file_name(snapshot_id: SnapshotId) -> str:
+    """`<20-digit end offset>-<10-digit epoch>.checkpoint`, Kafka's name for the snapshot."""
+    return f"{snapshot_id.end_offset:020d}-{snapshot_id.epoch:010d}{SNAPSHOT_SUFFIX}"
+
+
 def parse_snapshot_file_name(name: str) -> SnapshotId | None:
     match = _SNAPSHOT_NAME.match(name)
     if match is None:
         return None
-    return SnapshotId(int(match.group(1)), int(match.group(2)))
+    return SnapshotId(Offset(int(match.group(1))), LeaderEpoch(int(match.group(2))))
 
 
 def snapshot_path(directory: str | os.PathLike[str], snapshot_id: SnapshotId) -> str:
-    return os.path.join(os.fspath(directory), snapshot_id.file_name())
+    return os.path.join(os.fspath(directory), snapshot_file_name(snapshot_id))
 
 
 def list_snapshots(directory: str | os.PathLike[str]) -> list[SnapshotId]:
@@ -190,13 +188,6 @@ def remove_partial_snapshots(directory: str | os.PathLike[str]) -> list[str]:
     if names:
         _fsync_directory(directory)
     return names
-
-
-def delete_snapshot(directory: str | os.PathLike[str], snapshot_id: SnapshotId) -> None:
-    directory = os.fspath(directory)
-    os.unlink(snapshot_path(directory, snapshot_id))
-    _fsync_directory(directory)
-    _log.info(Event.SNAPSHOT_DELETED, directory=directory, end_offset=snapshot_id.end_offset, epoch=snapshot_id.epoch)
 
 
 def delete_snapshots_before(directory: str | os.PathLike[str], snapshot_id: SnapshotId) -> list[SnapshotId]:

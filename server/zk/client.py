@@ -47,7 +47,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from server.observability import get_logger
+from server.observability import Event, get_logger
 
 log = get_logger("zk")
 
@@ -354,7 +354,7 @@ class ZkSession:
             self._connected.set()
         elif self._connected.is_set():
             self._connected = trio.Event()
-        log.info("zk.connection_state", state=state.value)
+        log.info(Event.ZK_CONNECTION_STATE, state=state.value)
         for mailbox in self._state_listeners:
             mailbox.put(state)
 

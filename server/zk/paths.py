@@ -42,9 +42,10 @@ CONFIG_PATH = "/config"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 MIGRATION_PATH = "/migration"
-# Apache Kafka's FeatureZNode lives at "/feature" (singular). Issue 6 names it
-# "/features", and every kraftwerk component (seed, ZK broker agent, migration)
-# reads and writes it through this one constant, so the choice is made here only.
+# Apache Kafka's FeatureZNode lives at "/feature" (singular); kraftwerk uses
+# "/features", the name KIP-584 gives it (docs/kip-differences.md). Every kraftwerk component (seed, ZK broker
+# agent, migration) reads and writes it through this one constant, so the name is
+# chosen here only.
 FEATURES_PATH = "/features"
 
 # Config entity types, the second path component under /config (Kafka's ConfigType).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from protocol.primitives import ZERO_UUID
+from server.api.context import ZkBrokerServices
 from server.authorization import AUTHORIZED_OPERATIONS_OMITTED, cluster_authorized_operations
 from server.handlers.metadata import missing_topic
 from server.zkbroker.cache import UNKNOWN_TOPIC_ID, CachedTopic
@@ -43,11 +44,11 @@ def _topic_entry(topic: CachedTopic, live: set[int]) -> dict:
 
 
 def handle(ctx, request):
-    node = ctx.node
-    cache = node.metadata_cache
+    services: ZkBrokerServices = ctx.services
+    cache = services.metadata_cache
     brokers = [
         {"node_id": endpoint.node_id, "host": endpoint.host, "port": endpoint.port, "rack": endpoint.rack}
-        for endpoint in node.client_endpoints()
+        for endpoint in services.client_endpoints()
     ]
     live = {broker["node_id"] for broker in brokers}
     # v0: an empty list means every topic; v1+: null means every topic, [] none.
@@ -68,8 +69,8 @@ def handle(ctx, request):
     return {
         "throttle_time_ms": 0,
         "brokers": brokers,
-        "cluster_id": node.cluster_id,
-        "controller_id": node.active_controller_id(),
+        "cluster_id": services.cluster_id,
+        "controller_id": services.active_controller_id(),
         "topics": topics,
         "cluster_authorized_operations": cluster_authorized_operations(
             bool(request.include_cluster_authorized_operations)),

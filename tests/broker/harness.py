@@ -20,7 +20,8 @@ from server.client import KafkaClient
 from server.config import Listener, ServerConfig, VoterAddress
 from server.controller.commands import bootstrap_records
 from cli.local_cluster import free_port_run
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 UPDATE_FEATURES = 57

@@ -8,7 +8,8 @@ import trio
 from protocol.errors import ErrorCode
 from server.broker.lifecycle import BrokerState
 from server.controller.snapshot import load_snapshot
-from server.nodes.controller import METADATA_LOG_DIR_NAME, ControllerNode
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
 from server.storage.snapshot import list_snapshots, read_snapshot, snapshot_path
 
 from .harness import running_cluster

@@ -17,7 +17,8 @@ import trio.testing
 
 from server.config import Listener, ServerConfig
 from server.controller import commands as cmd
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, write_meta_properties
 
 from .helpers import CLUSTER_ID, features_request, heartbeat_request, registration_request

@@ -46,7 +46,8 @@ from server.controller.snapshot import (  # noqa: E402
 from server.controller.state import ControllerState  # noqa: E402
 from server.storage import snapshot as snap  # noqa: E402
 from server.storage.log import LogConfig, MetadataLog, OffsetOutOfRangeError  # noqa: E402
-from server.storage.snapshot import SnapshotId, SnapshotRecord  # noqa: E402
+from server.storage.snapshot import SnapshotRecord  # noqa: E402
+from server.values import SnapshotId  # noqa: E402
 
 if __name__ == "__main__":
     from tests.controller.helpers import CLUSTER_ID, Cluster
@@ -300,7 +301,7 @@ def test_recovery_finishes_a_snapshot_install_the_crash_interrupted(tmp_path):
         follower = Cluster.bootstrapped(mv_level=22)
         copy_to_log(follower, log)
         snapshot_id = write_controller_snapshot(leader.state, follower_dir, leader.next_offset, 4)
-        (follower_dir / (SnapshotId(99999, 9).file_name() + ".part")).write_bytes(b"torn")
+        (follower_dir / (snap.snapshot_file_name(SnapshotId(99999, 9)) + ".part")).write_bytes(b"torn")
     with MetadataLog.open(follower_dir, SMALL_SEGMENTS) as log:
         state = recover_state(follower_dir, log, CLUSTER_ID)
         assert state == leader.state

@@ -29,6 +29,7 @@ from server.controller.state import (
     ReplayError,
     TopicImage,
 )
+from server.values import ZkMigrationState
 
 from .helpers import CLUSTER_ID, Cluster
 
@@ -290,6 +291,19 @@ def test_zk_migration_state_replays_rolls_back_and_snapshots():
     with pytest.raises(ReplayError):
         cluster.state.replay(zk_state_record(9), cluster.next_offset)
     assert cluster.state.zk_migration_state == 1
+
+
+@pytest.mark.parametrize("value", [4, 5, -1, 127])
+def test_zk_migration_state_outside_the_enum_is_refused_at_replay(value):
+    # 4 is Kafka's ZK, which Kafka never persists; the others are not states at all. Refusing
+    # them at replay keeps every reader of the image from meeting a value ZkMigrationState lacks.
+    cluster = two_topics()
+    cluster.append([zk_state_record(2)])
+    before = cluster.state.snapshot()
+    with pytest.raises(ReplayError, match="unknown state"):
+        cluster.state.replay(zk_state_record(value), cluster.next_offset)
+    assert cluster.state.snapshot() == before
+    assert cluster.state.zk_migration_state is ZkMigrationState.PRE_MIGRATION
 
 
 def test_lossy_downgrade_below_3_4_drops_the_migration_state():

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cli import local_cluster as lc
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
 
 from .helpers import encode_request, read_response
 
 SOCKET_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.05
 METADATA_TOPIC = "__cluster_metadata"
-METADATA_LOG_DIR_NAME = "__cluster_metadata-0"
 MV = "metadata.version"
 
 API_VERSIONS = 18

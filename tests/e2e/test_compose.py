@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import build_parser
+from cli.zk_broker import build_config
 from server.config import load_config
 
 pytestmark = pytest.mark.e2e
@@ -592,8 +593,6 @@ def test_the_migration_topology_migrates_the_same_brokers(migration_services):
         (argv,) = kraftwerk_invocations(command_lines(zk_broker)[0])
         args = parser.parse_args(argv[1:])
         assert args.zookeeper == ZOOKEEPER_CONNECT
-        from server.zkbroker.cli import build_config
-
         args.config = str(DEPLOY / mounts(zk_broker)[args.config])
         zk_config = build_config(args)
         assert zk_config.node_id == n and zk_config.migration_enabled

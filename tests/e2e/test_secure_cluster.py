@@ -1,4 +1,4 @@
-"""A secured cluster of real processes, driven by real clients (issue 8).
+"""A secured cluster of real processes, driven by real clients.
 
 One controller and one broker, every listener SASL_SSL (TLS from a test CA made with
 trustme, SCRAM users created at format time with `storage format --add-scram`), the

@@ -21,7 +21,7 @@ import trio
 from protocol.errors import ErrorCode
 from protocol.record_batch import decode_batch
 from server.client import KafkaClient
-from server.nodes.controller import METADATA_LOG_DIR_NAME
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
 from server.raft.validate import MAX_EPOCH
 
 from .helpers import REPO, cli_env

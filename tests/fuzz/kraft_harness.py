@@ -48,11 +48,12 @@ from server.raft.core import (
     Role,
     TruncateTo,
 )
-from server.raft.log import Batch, MemoryRaftLog, SnapshotId, WireRecordsCodec
+from server.raft.log import Batch, MemoryRaftLog, WireRecordsCodec
 from server.raft.messages import WIRE_VERSIONS, ApiKey
 from server.raft.quorum_state import MemoryQuorumStateStore, QuorumState
 from server.raft.rpc import sender_of
 from server.raft.validate import MAX_EPOCH, PeerRules, check_request, check_response, refusal_response
+from server.values import SnapshotId
 
 CLUSTER_ID = "kraft-fuzz-AAAAAAAAAAA"
 VOTERS = frozenset({1, 2, 3})

@@ -54,8 +54,9 @@ from server.client import KafkaClient
 from server.config import Listener, ServerConfig
 from server.controller.commands import bootstrap_records
 from server.controller.scram_commands import bootstrap_scram_records
-from server.net.tls import client_ssl_context
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.security.tls import client_ssl_context
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.security.client_config import ClientSecurity
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 

@@ -20,7 +20,8 @@ from protocol.header import REQUEST_HEADER, RESPONSE_HEADER, request_header_vers
 from protocol.registry import API_MESSAGES
 from server.config import Listener, ServerConfig, SslConfig
 from server.controller.commands import bootstrap_records
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 MV_3_7_IV4 = 19

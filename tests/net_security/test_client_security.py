@@ -145,7 +145,7 @@ def sasl_ssl_changes(pki: Pki) -> dict:
 
 
 async def test_kafka_client_authenticates_over_sasl_ssl_and_a_wrong_password_fails(tmp_path):
-    pytest.importorskip("server.security.sasl_client")
+    pytest.importorskip("server.net.sasl_client")
     pki = Pki(tmp_path / "pki")
     good = ClientSecurity("SASL_SSL", ssl_cafile=pki.cafile, sasl_mechanism="PLAIN", sasl_username="alice",
                           sasl_password="alice-secret")
@@ -164,7 +164,7 @@ async def test_kafka_client_authenticates_over_sasl_ssl_and_a_wrong_password_fai
 
 
 async def test_the_cli_reads_command_config_for_tls_and_sasl(tmp_path):
-    pytest.importorskip("server.security.sasl_client")
+    pytest.importorskip("server.net.sasl_client")
     pki = Pki(tmp_path / "pki")
     properties = tmp_path / "client.properties"
     properties.write_text(
@@ -191,7 +191,7 @@ async def test_the_cli_reads_command_config_for_tls_and_sasl(tmp_path):
 
 
 async def test_a_lone_controller_on_a_sasl_listener_needs_no_client_credentials(tmp_path):
-    from server.security.sasl_client import authenticate  # noqa: F401  (the server side must be present)
+    from server.net.sasl_client import authenticate  # noqa: F401  (the server side must be present)
 
     from .helpers import format_directory
 
@@ -215,7 +215,8 @@ async def test_a_lone_controller_on_a_sasl_listener_needs_no_client_credentials(
 
 
 def test_a_quorum_member_without_credentials_for_its_sasl_controller_listener_fails_to_start(tmp_path):
-    from server.nodes.controller import ControllerNode, StartupError
+    from server.nodes.controller import ControllerNode
+    from server.nodes.startup import StartupError
 
     from .helpers import format_directory
 

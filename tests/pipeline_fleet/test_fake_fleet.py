@@ -14,11 +14,11 @@ from protocol.apis import broker_heartbeat, broker_registration
 from protocol.records import decode_metadata_record, encode_metadata_record
 from server.controller import commands as cmd
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
-from server.nodes.controller import METADATA_LOG_DIR_NAME
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
 from server.releases import RELEASES
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import parse_uuid_string, read_meta_properties
-from server.storage.snapshot import list_snapshots, read_snapshot
+from server.storage.snapshot import list_snapshots, read_snapshot, snapshot_file_name
 
 SPEC = ff.FleetSpec(clusters=3, records_per_cluster=2000, seed=7, segment_bytes=32 * 1024)
 
@@ -112,7 +112,7 @@ def test_snapshots_load_and_match_summary(fleet):
         assert [(i.end_offset, i.epoch) for i in ids] == list(cluster.snapshots)
         assert len(ids) == SPEC.snapshots_per_cluster
         for snapshot_id in ids:
-            read_snapshot(log_dir / snapshot_id.file_name())
+            read_snapshot(log_dir / snapshot_file_name(snapshot_id))
 
 
 def test_fleet_has_blockers_and_lossy_downgrades(fleet):

@@ -235,7 +235,7 @@ def test_describe_cluster_response():
     assert body["error_code"] == 0
     assert body["error_message"] is None
     assert body["throttle_time_ms"] == 0
-    assert body["endpoint_type"] == 1  # brokers, as asked
+    assert body["endpoint_type"] == 1  # brokers: the endpoint type the golden request names
     assert body["cluster_id"] == meta(name)["cluster_id"]
     assert body["controller_id"] == 1
     assert body["brokers"] == [broker("broker_id", name)]

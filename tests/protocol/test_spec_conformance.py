@@ -120,7 +120,7 @@ HAND_DECLARED = {"UpdateMetadataRequest", "UpdateMetadataResponse",
                  "DescribeConfigsRequest", "DescribeConfigsResponse",
                  "IncrementalAlterConfigsRequest", "IncrementalAlterConfigsResponse",
                  "RemoveTopicRecord",
-                 # Security (issue 8): declared from Kafka's specs as kafka-python bundles them
+                 # Security: declared from Kafka's specs as kafka-python bundles them
                  # (or, for Envelope and the records, from Kafka's repository).
                  "SaslHandshakeRequest", "SaslHandshakeResponse",
                  "SaslAuthenticateRequest", "SaslAuthenticateResponse",

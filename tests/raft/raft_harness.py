@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from protocol.errors import ErrorCode
-from server.apis import served
+from server.api.catalog import NodeRole, served_table
 from server.dispatch import Dispatcher
 from server.net.listener import Connection, serve_connection
 from server.net.peer import BackoffPolicy, PeerAddress
@@ -53,7 +53,7 @@ TEST_RAFT_SETTINGS = dict(
 
 
 def _api_versions(ctx, request):
-    apis = ctx.node.served_apis
+    apis = ctx.services.served_apis
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": [{"api_key": api.api_key, "min_version": api.min_version, "max_version": api.max_version}
@@ -62,15 +62,12 @@ def _api_versions(ctx, request):
 
 
 def harness_apis() -> dict:
-    table = [
-        served(18, 0, 4, _api_versions),
-        served(1, 17, 17, rpc.offer, answers_later=True),
-        served(52, 0, 1, rpc.offer, answers_later=True),
-        served(53, 0, 1, rpc.offer, answers_later=True),
-        served(54, 0, 1, rpc.offer, answers_later=True),
-        served(59, 0, 1, rpc.offer, answers_later=True),
-    ]
-    return {api.api_key: api for api in table}
+    """The controller's KRaft RPCs, and an ApiVersions that needs no feature views."""
+    controller = served_table(NodeRole.CONTROLLER)
+    table = {key: controller[key] for key in (1, 52, 53, 54, 59)}
+    assert all(api.handler is rpc.offer and api.answers_later for api in table.values())
+    table[18] = replace(controller[18], handler=_api_versions)
+    return table
 
 
 @dataclass(eq=False)

@@ -23,7 +23,8 @@ from protocol.errors import ErrorCode
 from server.client import KafkaClient
 from server.config import Listener, ServerConfig
 from server.controller.commands import bootstrap_records
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 TIMEOUT_S = 30
@@ -242,12 +243,12 @@ async def test_a_snapshot_the_disk_cannot_take_is_skipped_and_the_controller_goe
     """A metadata.version change snapshots first (KIP-778's rollback point); with the disk
     refusing the snapshot file the change still commits, the node keeps serving, and a
     structured line says which snapshot was skipped."""
-    import server.nodes.serving
+    import server.controller.replayer
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(server.nodes.serving, "write_controller_snapshot", no_space)
+    monkeypatch.setattr(server.controller.replayer, "write_controller_snapshot", no_space)
     config = formatted(tmp_path / "metadata")
     node = ControllerNode(config)
     with trio.fail_after(TIMEOUT_S):

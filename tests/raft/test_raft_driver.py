@@ -11,11 +11,10 @@ import trio
 from raft_harness import raft_cluster
 from server.raft.core import Role
 from server.raft.driver import NotLeaderError
-from server.raft.log import SnapshotId
 from server.raft.messages import ApiKey
 from server.raft.quorum_state import read_quorum_state
-from server.storage.snapshot import SnapshotId as StoredSnapshotId
-from server.storage.snapshot import SnapshotWriter, list_snapshots
+from server.storage.snapshot import SnapshotWriter, list_snapshots, snapshot_file_name
+from server.values import SnapshotId
 
 BOUND_S = 30  # generous: a loaded CI machine fsyncs slowly; the usual run is ~1 s
 
@@ -133,7 +132,7 @@ async def test_a_follower_behind_the_log_start_catches_up_by_fetch_snapshot(tmp_
             # The leader snapshots its committed state and deletes the log before it.
             snapshot_end = leader.applied_offset
             epoch = leader.storage.epoch_before(snapshot_end)
-            writer = SnapshotWriter(leader.storage.directory, StoredSnapshotId(snapshot_end, epoch), 0)
+            writer = SnapshotWriter(leader.storage.directory, SnapshotId(snapshot_end, epoch), 0)
             with writer:
                 writer.append(leader.values)
                 writer.freeze()
@@ -145,10 +144,10 @@ async def test_a_follower_behind_the_log_start_catches_up_by_fetch_snapshot(tmp_
             await cluster.wait_until(lambda: restarted.applied_offset >= snapshot_end)
             assert restarted.snapshots_loaded == [SnapshotId(snapshot_end, epoch)]
             assert restarted.driver.snapshot_generation == 1
-            snapshot_bytes = (restarted.directory / StoredSnapshotId(snapshot_end, epoch).file_name()).stat().st_size
+            snapshot_bytes = (restarted.directory / snapshot_file_name(SnapshotId(snapshot_end, epoch))).stat().st_size
             assert restarted.driver.requests_sent[ApiKey.FETCH_SNAPSHOT] >= snapshot_bytes // 128 > 1
             assert restarted.metadata_log.start_offset == snapshot_end
-            assert list_snapshots(restarted.directory) == [StoredSnapshotId(snapshot_end, epoch)]
+            assert list_snapshots(restarted.directory) == [SnapshotId(snapshot_end, epoch)]
 
             # Replication continues on top of the installed snapshot.
             later = await cluster.commit(leader, values("later", 5))

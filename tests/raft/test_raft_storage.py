@@ -10,20 +10,19 @@ import pytest
 
 from protocol.record_batch import ControlRecordType
 from server.raft.core import Append, InstallSnapshot, TruncateTo
-from server.raft.log import Batch, MemoryRaftLog, SnapshotId
+from server.raft.log import Batch, MemoryRaftLog
 from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, raw_bytes
 from server.storage.log import LogConfig, MetadataLog
-from server.storage.snapshot import SnapshotId as StoredSnapshotId
 from server.storage.snapshot import SnapshotWriter, list_snapshots, snapshot_path
+from server.values import SnapshotId
 
 
 def snapshot_bytes(directory, snapshot_id: SnapshotId, values: list[bytes]) -> bytes:
     """A valid snapshot file's bytes (written to a scratch directory and read back)."""
-    stored = StoredSnapshotId(*snapshot_id)
-    with SnapshotWriter(directory, stored, 0) as writer:
+    with SnapshotWriter(directory, snapshot_id, 0) as writer:
         writer.append(values or [b"empty"])
         writer.freeze()
-    path = snapshot_path(directory, stored)
+    path = snapshot_path(directory, snapshot_id)
     data = open(path, "rb").read()
     return data
 
@@ -82,14 +81,14 @@ async def test_metadata_raft_log_matches_the_simulators_log(tmp_path, seed):
                 data = snapshot_bytes(scratch, snapshot_id, [b"s"])
                 memory.install_snapshot(snapshot_id, data)
                 await real.apply([InstallSnapshot(snapshot_id, data)])
-                assert list_snapshots(real.directory) == [StoredSnapshotId(*snapshot_id)]
+                assert list_snapshots(real.directory) == [snapshot_id]
             else:
                 boundaries = [b.next_offset for b in memory.batches]
                 if not boundaries:
                     continue
                 end = rng.choice(boundaries)
                 snapshot_id = SnapshotId(end, memory.epoch_before(end))
-                with SnapshotWriter(real.directory, StoredSnapshotId(*snapshot_id), 0) as writer:
+                with SnapshotWriter(real.directory, snapshot_id, 0) as writer:
                     writer.append([b"state"])
                     writer.freeze()
                 memory.create_snapshot(snapshot_id, b"")
@@ -181,15 +180,14 @@ async def test_staged_leader_appends_answer_at_once_and_are_durable_after_write_
 
 async def test_a_snapshot_that_ends_inside_a_batch_cannot_become_the_log_start(tmp_path):
     """A replica that installed such a snapshot would fetch from inside a batch, which the
-    leader can only send whole: it would ask for the same batch forever (seen in the
-    broker fan-out benchmark before MV-change snapshots were moved to batch boundaries)."""
+    leader can only send whole: it would ask for the same batch forever."""
     metadata_log = MetadataLog.open(tmp_path / "log")
     try:
         real = MetadataRaftLog(metadata_log)
         await real.apply([Append(Batch(0, 1, (b"a", b"b", b"c"), None, 0)), Append(Batch(3, 1, (b"d",), None, 0))])
         directory = real.directory
         for end in (2, 3):
-            stored = StoredSnapshotId(end, 1)
+            stored = SnapshotId(end, 1)
             with SnapshotWriter(directory, stored, 0) as writer:
                 writer.append([b"state"])
                 writer.freeze()

@@ -21,10 +21,11 @@ from server.controller.commands import bootstrap_records
 from server.controller.scram_commands import bootstrap_scram_records
 from server.dispatch import Dispatcher
 from server.net.listener import Connection, serve_connection
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.security.model import ANONYMOUS, KafkaPrincipal
 from server.security.sasl import new_sasl_session
-from server.security.sasl_client import SaslClientError, authenticate
+from server.net.sasl_client import SaslClientError, authenticate
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 TIMEOUT_S = 30

@@ -207,7 +207,7 @@ def fake_ctx(conn, api_version, credentials=None):
     table = credentials or {("alice", int(SHA256)): ALICE}
     node = SimpleNamespace(config=config_with(**{"sasl.jaas.config": JAAS}),
                            state=SimpleNamespace(scram_credential=lambda u, m: table.get((u, int(m)))))
-    return SimpleNamespace(connection=conn, api_version=api_version, node=node, client_id="test")
+    return SimpleNamespace(connection=conn, api_version=api_version, services=node, client_id="test")
 
 
 def sasl_connection():
@@ -218,7 +218,7 @@ def sasl_connection():
 async def test_handlers_authenticate_a_connection_and_log_without_secrets():
     conn = sasl_connection()
     ctx = fake_ctx(conn, 1)
-    conn.sasl = new_sasl_session(ctx.node, "SASL_PLAINTEXT")
+    conn.sasl = new_sasl_session(ctx.services, "SASL_PLAINTEXT")
     assert not conn.authenticated
     with capture_logs() as logs:
         answer = sasl_handshake.handle(ctx, SimpleNamespace(mechanism="PLAIN"))
@@ -237,7 +237,7 @@ async def test_handlers_authenticate_a_connection_and_log_without_secrets():
 async def test_failed_authentication_is_answered_logged_and_closes_the_connection():
     conn = sasl_connection()
     ctx = fake_ctx(conn, 1)
-    conn.sasl = new_sasl_session(ctx.node, "SASL_PLAINTEXT")
+    conn.sasl = new_sasl_session(ctx.services, "SASL_PLAINTEXT")
     sasl_handshake.handle(ctx, SimpleNamespace(mechanism="SCRAM-SHA-256"))
     client = scram.ScramClientExchange(SHA256, "alice", "hunter2")
     with capture_logs() as logs:
@@ -264,7 +264,7 @@ async def test_handlers_on_a_listener_without_sasl_answer_illegal_state_and_keep
 def test_unsupported_mechanism_handshake_closes_the_connection():
     conn = sasl_connection()
     ctx = fake_ctx(conn, 1)
-    conn.sasl = new_sasl_session(ctx.node, "SASL_PLAINTEXT")
+    conn.sasl = new_sasl_session(ctx.services, "SASL_PLAINTEXT")
     answer = sasl_handshake.handle(ctx, SimpleNamespace(mechanism="GSSAPI"))
     assert answer["error_code"] == ErrorCode.UNSUPPORTED_SASL_MECHANISM and conn.closing
 
@@ -292,8 +292,8 @@ async def test_a_token_pipelined_while_plain_is_verified_is_refused_and_nothing_
 
     conn = sasl_connection()
     ctx = fake_ctx(conn, 1)
-    ctx.node.state = SimpleNamespace(scram_credential=slow_lookup)
-    conn.sasl = new_sasl_session(ctx.node, "SASL_PLAINTEXT")
+    ctx.services.state = SimpleNamespace(scram_credential=slow_lookup)
+    conn.sasl = new_sasl_session(ctx.services, "SASL_PLAINTEXT")
     sasl_handshake.handle(ctx, SimpleNamespace(mechanism="PLAIN"))
     replies = []
 
@@ -340,7 +340,7 @@ def test_failed_authentication_delay_is_configurable():
 async def test_a_failed_authentication_is_answered_after_the_delay(autojump_clock):
     conn = sasl_connection()
     ctx = fake_ctx(conn, 1)
-    conn.sasl = new_sasl_session(ctx.node, "SASL_PLAINTEXT")
+    conn.sasl = new_sasl_session(ctx.services, "SASL_PLAINTEXT")
     sasl_handshake.handle(ctx, SimpleNamespace(mechanism="SCRAM-SHA-256"))
     client = scram.ScramClientExchange(SHA256, "alice", "wrong")
     started = trio.current_time()

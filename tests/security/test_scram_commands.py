@@ -13,7 +13,7 @@ from protocol.apis import alter_user_scram_credentials as alter_api
 from protocol.apis import describe_user_scram_credentials as describe_api
 from protocol.errors import ErrorCode
 from protocol.records import decode_metadata_record, encode_metadata_record
-from server.apis import broker_apis, controller_apis
+from server.api.catalog import NodeRole, served_table
 from server.controller import downgrade
 from server.controller.commands import bootstrap_records
 from server.controller.scram_commands import (
@@ -200,13 +200,13 @@ def test_bootstrap_records_replay_into_credentials():
 
 
 def test_new_apis_are_served_and_advertised_at_every_metadata_version():
-    for table in (controller_apis(), broker_apis()):
+    for table in (served_table(NodeRole.CONTROLLER), served_table(NodeRole.BROKER)):
         ranges = {api.api_key: (api.min_version, api.max_version) for api in table.values()}
         for level in (4, 10, 11, 19, 22):
             gated = gated_ranges(ranges, level)
             assert gated[17] == (0, 1) and gated[36] == (0, 2) and gated[50] == (0, 0) and gated[51] == (0, 0)
-    assert broker_apis()[51].handler.__module__ == "server.handlers.forwarded"
-    assert broker_apis()[50].handler.__module__ == "server.handlers.describe_user_scram_credentials"
+    assert served_table(NodeRole.BROKER)[51].handler.__module__ == "server.handlers.forwarded"
+    assert served_table(NodeRole.BROKER)[50].handler.__module__ == "server.handlers.describe_user_scram_credentials"
 
 
 def test_downgrade_catalog_lists_scram_credentials_from_3_5_iv2():

@@ -22,7 +22,8 @@ from server.config import Listener, ServerConfig
 from server.controller import acl_commands
 from server.controller import topics as topic_commands
 from server.controller.commands import bootstrap_records
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.security.authorizer import TOPIC_OPERATIONS
 from server.security.model import AclPermissionType as Perm
 from server.security.model import KafkaPrincipal

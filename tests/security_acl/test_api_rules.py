@@ -1,5 +1,5 @@
-"""The API rule table: every served API is listed, and every refusal is a valid
-response of its API in every version."""
+"""The API rules in the catalog: every served API has one, and every refusal is a
+valid response of its API in every version."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from protocol.errors import ErrorCode
 from protocol.registry import API_MESSAGES
-from server.apis import broker_apis, controller_apis
+from server.api.catalog import CATALOG, PRE_AUTHENTICATION_APIS, NodeRole, served_table
 from server.authorization import AclOperation as Op
 from server.security import api_rules
 from server.security.authorizer import AuthorizerConfig, StandardAuthorizer
@@ -15,26 +15,25 @@ from server.security.model import ANONYMOUS, KafkaPrincipal
 
 
 def test_every_served_api_has_a_rule():
-    served = set(controller_apis()) | set(broker_apis())
-    assert served - set(api_rules.RULES) == set()
+    for role in NodeRole:
+        for api_key, api in served_table(role).items():
+            assert isinstance(api.rule, api_rules.ApiRule), api_key
+            assert api.rule is CATALOG[api_key].rule
 
 
 def test_pre_authentication_apis_need_nothing():
+    assert PRE_AUTHENTICATION_APIS == {18, 17, 36}
     for api_key in (18, 17, 36):
-        assert api_rules.RULES[api_key].operation is None and not api_rules.RULES[api_key].per_item
+        assert CATALOG[api_key].rule.operation is None and not CATALOG[api_key].rule.per_item
 
 
 def _versions(api_key: int) -> range:
-    """The versions served, or, for APIs other helpers serve, every declared version."""
-    served = {**broker_apis(), **controller_apis()}.get(api_key)
-    if served is not None:
-        return range(served.min_version, served.max_version + 1)
-    lo, hi = API_MESSAGES[api_key][1].version_range
-    return range(lo, hi + 1)
+    spec = CATALOG[api_key]
+    return range(spec.min_version, spec.max_version + 1)
 
 
-CASES = [(key, version) for key, rule in sorted(api_rules.RULES.items())
-         if key in API_MESSAGES and rule.operation is not None for version in _versions(key)]
+CASES = [(key, version) for key, spec in sorted(CATALOG.items())
+         if spec.rule.operation is not None for version in _versions(key)]
 
 
 def sample_request(api_key: int, version: int):
@@ -55,7 +54,7 @@ def sample_request(api_key: int, version: int):
 @pytest.mark.parametrize("api_key, version", CASES)
 def test_refusals_encode_and_carry_cluster_authorization_failed(api_key, version):
     request = sample_request(api_key, version)
-    body = api_rules.refusal(api_key, version, request)
+    body = api_rules.refusal(CATALOG[api_key], version, request)
     response = API_MESSAGES[api_key][1]
     decoded = response.decode(version, response.encode(version, body))
     denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
@@ -79,11 +78,11 @@ class Ctx:
 def test_check_request_lets_through_what_needs_nothing_or_is_checked_per_item():
     authorizer = StandardAuthorizer(AuthorizerConfig(), lambda: None)
     for api_key in (18, 17, 36, 3, 19, 20, 32, 44):
-        assert authorizer.check_request(Ctx(0), api_key, {}) is None
-    refused = authorizer.check_request(Ctx(2), 57, sample_request(57, 2))
+        assert authorizer.check_request(Ctx(0), CATALOG[api_key], {}) is None
+    refused = authorizer.check_request(Ctx(2), CATALOG[57], sample_request(57, 2))
     assert refused["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
     supers = StandardAuthorizer(AuthorizerConfig(frozenset({"User:ANONYMOUS"})), lambda: None)
-    assert supers.check_request(Ctx(2), 57, sample_request(57, 2)) is None
+    assert supers.check_request(Ctx(2), CATALOG[57], sample_request(57, 2)) is None
 
 
 @pytest.mark.parametrize("api_key, operation", [(57, Op.ALTER), (60, Op.DESCRIBE), (55, Op.DESCRIBE),
@@ -94,7 +93,7 @@ def test_check_request_lets_through_what_needs_nothing_or_is_checked_per_item():
                                                 (10001, Op.DESCRIBE), (10000, Op.CLUSTER_ACTION),
                                                 (6, Op.CLUSTER_ACTION), (64, Op.ALTER)])
 def test_cluster_operation_of_each_api(api_key, operation):
-    assert api_rules.RULES[api_key].operation == operation
+    assert CATALOG[api_key].rule.operation == operation
 
 
 class Node:
@@ -110,8 +109,8 @@ def test_describe_cluster_is_refused_by_controllers_only():
     request = API_MESSAGES[60][0].decode(1, API_MESSAGES[60][0].encode(1, {}))
     for is_broker, refused in ((False, True), (True, False)):
         ctx = Ctx(1)
-        ctx.node = Node(is_broker, authorizer)
-        answer = authorizer.check_request(ctx, 60, request)
+        ctx.services = Node(is_broker, authorizer)
+        answer = authorizer.check_request(ctx, CATALOG[60], request)
         assert (answer is not None) is refused
         if refused:
             assert answer["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED

@@ -18,7 +18,8 @@ from server.config import Listener, ServerConfig, VoterAddress
 from server.controller.commands import bootstrap_records
 from cli.local_cluster import free_port_run
 from server.metrics_http import MAX_REQUEST_HEAD_BYTES, answer, complete_head, serve_metrics
-from server.nodes.controller import ControllerNode, write_bootstrap_checkpoint
+from server.nodes.controller import ControllerNode
+from server.storage.bootstrap import write_bootstrap_checkpoint
 from server.storage.meta_properties import MetaProperties, random_uuid_string, write_meta_properties
 
 from node_harness import MV_3_7_IV4, running_node

@@ -47,10 +47,11 @@ from server.raft.core import (
     Role,
     TruncateTo,
 )
-from server.raft.log import PassThroughRecordsCodec, SnapshotId, WireRecordsCodec
+from server.raft.log import PassThroughRecordsCodec, WireRecordsCodec
 from server.raft.messages import WIRE_VERSIONS, ApiKey
 from server.raft.quorum_state import MemoryQuorumStateStore, QuorumStateError
 from server.raft.validate import INT32_MAX, PeerRules, Refusal, check_request, check_response, refusal_response
+from server.values import SnapshotId
 
 from .hostile import HostileNode
 from .simlog import SimLog

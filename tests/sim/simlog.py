@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from server.raft.log import Batch, MemoryRaftLog, SnapshotId
+from server.raft.log import Batch, MemoryRaftLog
+from server.values import SnapshotId
 
 
 class SimLog(MemoryRaftLog):

@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from server.raft.log import Batch, MemoryRaftLog, SnapshotId
+from server.raft.log import Batch, MemoryRaftLog
+from server.values import SnapshotId
 
 from .simlog import SimLog
 

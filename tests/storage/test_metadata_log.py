@@ -15,8 +15,6 @@ from protocol.record_batch import ControlRecordType, decode_batch, encode_batch
 from server.storage.log import (
     BatchRejectedError,
     CorruptLogError,
-    EpochEndOffset,
-    EpochEntry,
     LogClosedError,
     LogConfig,
     LogFailedError,
@@ -25,6 +23,7 @@ from server.storage.log import (
     segment_file_name,
 )
 from server.storage.recovery_point import RECOVERY_POINT_FILE_NAME
+from server.values import EpochEndOffset, EpochEntry
 
 SEGMENT_0 = segment_file_name(0)
 

@@ -20,8 +20,6 @@ from server.storage.log import (
     LOG_START_FILE_NAME,
     BatchRejectedError,
     CorruptLogError,
-    EpochEndOffset,
-    EpochEntry,
     LogConfig,
     MetadataLog,
     OffsetOutOfRangeError,
@@ -31,13 +29,13 @@ from server.storage.snapshot import (
     CorruptSnapshotError,
     SnapshotConfig,
     SnapshotExistsError,
-    SnapshotId,
     SnapshotPositionError,
     SnapshotReceiver,
     SnapshotRecord,
     SnapshotWriter,
     UnknownSnapshotError,
 )
+from server.values import EpochEndOffset, EpochEntry, SnapshotId
 
 SID = SnapshotId(end_offset=1234, epoch=7)
 TIMESTAMP_MS = 1_700_000_000_000
@@ -60,9 +58,9 @@ def write(directory, snapshot_id=SID, records=None, config=None) -> str:
 
 
 def test_file_name_is_kafka_style_and_parses_back():
-    assert SID.file_name() == "00000000000000001234-0000000007.checkpoint"
-    assert snap.parse_snapshot_file_name(SID.file_name()) == SID
-    for bad in ("1234-7.checkpoint", SID.file_name() + ".part", "00000000000000001234.log", "x"):
+    assert snap.snapshot_file_name(SID) == "00000000000000001234-0000000007.checkpoint"
+    assert snap.parse_snapshot_file_name(snap.snapshot_file_name(SID)) == SID
+    for bad in ("1234-7.checkpoint", snap.snapshot_file_name(SID) + ".part", "00000000000000001234.log", "x"):
         assert snap.parse_snapshot_file_name(bad) is None
 
 
@@ -230,7 +228,7 @@ def test_latest_valid_snapshot_falls_back_past_a_corrupt_one(tmp_path):
 def test_partial_snapshot_is_never_listed_and_abort_removes_it(tmp_path):
     writer = SnapshotWriter(tmp_path, SID, 0)
     writer.append(values(3))
-    assert os.listdir(tmp_path) == [SID.file_name() + ".part"]
+    assert os.listdir(tmp_path) == [snap.snapshot_file_name(SID) + ".part"]
     assert snap.list_snapshots(tmp_path) == []
     assert snap.latest_snapshot(tmp_path) is None
     with pytest.raises(UnknownSnapshotError):
@@ -249,11 +247,11 @@ def test_exception_inside_with_block_leaves_nothing(tmp_path):
 
 def test_leftover_part_files_are_removed_at_start_up(tmp_path):
     write(tmp_path)
-    leftover = tmp_path / (SnapshotId(2000, 7).file_name() + ".part")
+    leftover = tmp_path / (snap.snapshot_file_name(SnapshotId(2000, 7)) + ".part")
     leftover.write_bytes(b"half a snapshot")
     (tmp_path / "unrelated.part").write_bytes(b"")
     assert snap.remove_partial_snapshots(tmp_path) == [leftover.name]
-    assert sorted(os.listdir(tmp_path)) == sorted([SID.file_name(), "unrelated.part"])
+    assert sorted(os.listdir(tmp_path)) == sorted([snap.snapshot_file_name(SID), "unrelated.part"])
 
 
 def test_existing_snapshot_is_immutable(tmp_path):
@@ -281,7 +279,7 @@ def test_freeze_fsyncs_file_then_renames_then_fsyncs_directory(tmp_path, monkeyp
     write(tmp_path)
     assert events == [
         ("fsync", "file"),
-        ("rename", SID.file_name() + ".part", SID.file_name()),
+        ("rename", snap.snapshot_file_name(SID) + ".part", snap.snapshot_file_name(SID)),
         ("fsync", "dir"),
     ]
 
@@ -321,7 +319,7 @@ def test_chunked_transfer_reproduces_identical_bytes(tmp_path, chunk_bytes):
     contents = receiver.finish()
     assert open(snap.snapshot_path(follower_dir, SID), "rb").read() == open(path, "rb").read()
     assert contents == snap.read_snapshot(path)
-    assert os.listdir(follower_dir) == [SID.file_name()]
+    assert os.listdir(follower_dir) == [snap.snapshot_file_name(SID)]
 
 
 def test_chunk_errors_map_to_fetch_snapshot_errors(tmp_path):

@@ -1,4 +1,4 @@
-"""`python -m server.zkbroker` (server/zkbroker/cli.py:run) as a real process."""
+"""`python -m cli.zk_broker` (cli/zk_broker.py:run) as a real process."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def write_config(path: Path, port: int, *, broker_id: int = 7, zookeeper: str | 
 async def start(args: list[str], stderr_path: Path) -> trio.Process:
     with open(stderr_path, "wb") as stderr:
         return await trio.lowlevel.open_process(
-            [sys.executable, "-m", "server.zkbroker", *args], cwd=ROOT, stdout=stderr, stderr=stderr)
+            [sys.executable, "-m", "cli.zk_broker", *args], cwd=ROOT, stdout=stderr, stderr=stderr)
 
 
 async def test_cli_process_registers_serves_and_leaves_on_sigterm(zk_hosts: str, tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
     kraftwerk broker --zookeeper HOST:PORT --config FILE [--release R] [--port-file F]
 
-`add_arguments(parser)` adds what is missing to a parser (the lead's `kraftwerk
-broker` subparser already has --config, --release, ...; `python -m server.zkbroker`
-starts from an empty one); `run(args) -> int` runs the broker until SIGINT/SIGTERM
+`add_arguments(parser)` adds what is missing to a parser (`kraftwerk broker`'s
+subparser already has --config, --release, ...; `python -m cli.zk_broker` starts
+from an empty one); `run(args) -> int` runs the broker until SIGINT/SIGTERM
 (exit 0, after closing the ZooKeeper session so the registration goes at once) or a
 KIP-584 stop (exit 1, the reason on stderr). Bad usage exits 2.
 
@@ -22,6 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import trio
+
+from server.config import config_from_properties, load_properties
+from server.observability import configure_logging
+from server.releases import release
+from server.zk.client import ZkConnectionError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -53,8 +58,6 @@ class UsageError(Exception):
 
 def build_config(args):
     """The ServerConfig for a ZooKeeper-mode broker from the CLI arguments."""
-    from server.config import config_from_properties, load_properties
-
     props: dict[str, str] = {}
     config_file = getattr(args, "config", None)
     if config_file:
@@ -86,8 +89,6 @@ def build_config(args):
     if not config.zookeeper_connect:
         raise UsageError("a ZooKeeper-mode broker needs --zookeeper HOST:PORT or zookeeper.connect")
     if config.release is not None:
-        from server.releases import release
-
         try:
             release(config.release)
         except ValueError as exc:
@@ -97,8 +98,8 @@ def build_config(args):
 
 
 def run(args) -> int:
-    from server.observability import configure_logging
-    from server.zk.client import ZkConnectionError
+    # deferred import: the broker node loads the whole request path (~0.3 s); every kraftwerk
+    # command imports this module for its arguments, only this one runs the node.
     from server.nodes.zkbroker import ZkBrokerFatalError, ZkBrokerNode
 
     try:
@@ -149,3 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description="A ZooKeeper-mode Kafka broker agent (KIP-866 migration).")
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

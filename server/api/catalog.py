@@ -1,0 +1,421 @@
+"""The API catalog: one `ApiSpec` per API kraftwerk serves, and everything derived from it.
+
+Owns: `ApiSpec` (an API's versions, its handler per node role, the handler's kind, the
+metadata.version gate, the ACL rule, whether it may come before SASL authentication,
+and how its error response is built), `CATALOG` ({ApiKey: ApiSpec}), `NodeRole`,
+`HandlerKind`, `ServedApi` and `served_table(role)` (one node's table, what the
+dispatcher reads per request), the derived sets `FORWARDABLE_APIS` and
+`PRE_AUTHENTICATION_APIS`, `gate_runs` (a gate as runs of versions) and
+`render_api_table()` (README's "Supported APIs" table, checked by tests/test_catalog.py).
+
+Rules kept here:
+- Adding an API is one entry here plus one handler module: dispatch, ApiVersions and
+  gating (server/gating.py), the authorizer, Envelope and broker forwarding, and the
+  README all read this table; nothing else keys a table by API.
+- Versions are what kraftwerk implements and tests, checked against the protocol
+  declaration when this module is imported (ValueError, not assert: `python -O` must
+  not serve versions the codec cannot encode).
+- A broker role whose handler is `forwarded.handle` relays the API to the active
+  controller; that is what makes an API forwardable (the controller's Envelope handler
+  accepts exactly those). Forwarding waits for the controller, so it is always async.
+- Handler modules never import this module; it imports them.
+
+ACL facts carried over from Kafka's KafkaApis / ControllerApis: cluster-wide APIs need
+one operation on the CLUSTER resource (ALTER for operator writes, DESCRIBE for reads,
+CLUSTER_ACTION for the inter-node RPCs; UnregisterBroker ALTER, an operator's action in
+Kafka); APIs that name topics or config resources are authorized per item in their
+handlers; ApiVersions and the SASL exchange need nothing. Kafka's controllers refuse
+DescribeCluster without DESCRIBE on CLUSTER, its brokers answer it and report no
+authorized operations instead (`on_brokers=False`).
+
+The ZooKeeper-mode broker's table is not gated by metadata.version: Kafka's brokers do
+not gate ApiVersions per API by it (FACTS.md §13).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
+
+from protocol.api_keys import ApiKey
+from protocol.header import request_header_version, response_header_version
+from protocol.registry import API_MESSAGES
+from protocol.schema import Message, Versions
+from server.controller.features import metadata_version_from_level
+from server.handlers import (
+    alter_user_scram_credentials,
+    api_versions,
+    broker_heartbeat,
+    broker_registration,
+    create_acls,
+    create_topics,
+    delete_acls,
+    delete_topics,
+    describe_acls,
+    describe_cluster,
+    describe_configs,
+    describe_migration,
+    describe_quorum,
+    describe_user_scram_credentials,
+    envelope,
+    forwarded,
+    incremental_alter_configs,
+    metadata,
+    migration_check,
+    sasl_authenticate,
+    sasl_handshake,
+    unregister_broker,
+    update_features,
+    update_metadata,
+)
+from server.raft import rpc
+from server.security.api_rules import ALTER, CLUSTER_ACTION, DESCRIBE, NOTHING, PER_ITEM, ApiRule
+from server.zkbroker import metadata as zk_metadata
+
+Handler = Callable[..., Any]
+# (request, version, code, message) -> the API's full response body refusing the request.
+ErrorBuilder = Callable[[Any, int, int, "str | None"], dict]
+
+
+class NodeRole(enum.Enum):
+    CONTROLLER = "controller"
+    BROKER = "broker"
+    ZK_BROKER = "zk_broker"
+
+
+class HandlerKind(enum.Enum):
+    # handler(ctx, request) -> body, answered inline.
+    SYNC = "sync"
+    # async handler(ctx, request) -> body: waits (for the controller loop); gets a task.
+    ASYNC = "async"
+    # handler(ctx, request, answer) returns at once and calls answer(body) exactly once,
+    # now or later, from any task: no task per request (the KRaft RPCs, see dispatch.py).
+    ANSWERS_LATER = "answers_later"
+
+
+FORWARD = forwarded.handle
+_NO_GATE: Mapping[int, int] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: ApiKey
+    min_version: int
+    max_version: int
+    # The handler per node role; None: that role does not serve the API. FORWARD in the
+    # broker role: relayed to the active controller.
+    controller: Handler | None = None
+    broker: Handler | None = None
+    zk_broker: Handler | None = None
+    # The kind of this API's own handlers (forwarding is always ASYNC).
+    kind: HandlerKind = HandlerKind.SYNC
+    rule: ApiRule = NOTHING
+    # {request version: metadata.version level it needs} (KIP-778, server/gating.py);
+    # versions above the highest listed inherit its gate.
+    gate: Mapping[int, int] = field(default_factory=lambda: _NO_GATE)
+    # Allowed on a SASL listener before the connection has authenticated.
+    before_authentication: bool = False
+    # For APIs without a top-level error code: the code in every per-item result.
+    error_builder: ErrorBuilder | None = None
+    # README's notes column.
+    notes: str = ""
+    name: str = field(init=False)
+    request: Message = field(init=False)
+    response: Message = field(init=False)
+
+    def __post_init__(self) -> None:
+        messages = API_MESSAGES.get(self.key)
+        if messages is None:
+            raise ValueError(f"API key {self.key} has no protocol declaration")
+        request, response = messages
+        low, high = request.version_range
+        if not low <= self.min_version <= self.max_version <= high:
+            raise ValueError(f"{request.name}: cannot serve v{self.min_version}-{self.max_version}, "
+                             f"the protocol declares v{low}-{high}")
+        for version in self.gate:
+            if not low <= version <= high:
+                raise ValueError(f"{request.name}: gate names v{version}, not declared (v{low}-{high})")
+        object.__setattr__(self, "name", request.name.removesuffix("Request"))
+        object.__setattr__(self, "request", request)
+        object.__setattr__(self, "response", response)
+        if isinstance(self.gate, dict):
+            object.__setattr__(self, "gate", MappingProxyType(dict(self.gate)))
+
+    def handler(self, role: NodeRole) -> Handler | None:
+        if role is NodeRole.CONTROLLER:
+            return self.controller
+        if role is NodeRole.BROKER:
+            return self.broker
+        return self.zk_broker
+
+    @property
+    def forwarded_by_brokers(self) -> bool:
+        return self.broker is FORWARD
+
+    def has_top_level_error(self, version: int) -> bool:
+        """Whether the response has a top-level ErrorCode in `version`."""
+        return any(f.name == "ErrorCode" and version in Versions.parse(f.versions) for f in self.response.fields)
+
+    def error_response(self, request: Any, version: int, code: int, message: str | None) -> dict:
+        """The whole request refused with `code`, in this API's own shape: the per-item
+        builder where there is one, else the response's defaults with the top-level
+        error code (and message, where the response has one)."""
+        if self.error_builder is not None:
+            return self.error_builder(request, version, code, message)
+        body = dict(self.response.default(version))
+        body.pop("_unknown_tagged_fields", None)
+        body["error_code"] = int(code)
+        if "error_message" in body:
+            body["error_message"] = message
+        return body
+
+
+def _without_version(builder: Callable[[Any, int, str | None], dict]) -> ErrorBuilder:
+    """A handler module's `error_response(request, code, message)` as an ErrorBuilder."""
+    def build(request: Any, version: int, code: int, message: str | None) -> dict:
+        return builder(request, code, message)
+    return build
+
+
+def _delete_topics_errors(request: Any, version: int, code: int, message: str | None) -> dict:
+    return delete_topics.error_response(request, version, code, message)
+
+
+_SYNC, _ASYNC, _LATER = HandlerKind.SYNC, HandlerKind.ASYNC, HandlerKind.ANSWERS_LATER
+_KRAFT_NOTES = "KRaft RPC between controllers (and broker observers); answered by the Raft driver."
+
+_SPECS = (
+    ApiSpec(ApiKey.API_VERSIONS, 0, 4, api_versions.handle, api_versions.handle, api_versions.handle,
+            before_authentication=True,
+            notes="v3+: SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady (a "
+                  "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "
+                  "validated; unknown versions get a v0 reply with UNSUPPORTED_VERSION."),
+    ApiSpec(ApiKey.METADATA, 0, 12, metadata.handle, metadata.handle, zk_metadata.handle, rule=PER_ITEM,
+            notes="Kafka's controllers do not serve it; kraftwerk does so clients can bootstrap. Controllers list "
+                  "the controllers, brokers themselves and the unfenced brokers, a ZooKeeper-mode broker what "
+                  "UpdateMetadata told it."),
+    ApiSpec(ApiKey.DESCRIBE_QUORUM, 0, 2, describe_quorum.handle, FORWARD, kind=_ASYNC, rule=ApiRule(DESCRIBE),
+            notes="`__cluster_metadata-0` only; answered by the Raft leader (standbys forward it)."),
+    ApiSpec(ApiKey.UPDATE_FEATURES, 0, 2, update_features.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
+            # v1: ValidateOnly/UpgradeType (3.3-IV0); v2: 3.9-IV0.
+            gate={1: 4, 2: 21},
+            notes="Kafka's controller semantics and messages; validate-only; all-or-nothing; NOT_CONTROLLER on "
+                  "standbys."),
+    ApiSpec(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle, describe_cluster.handle,
+            describe_cluster.handle, rule=ApiRule(DESCRIBE, on_brokers=False),
+            # v1: EndpointType (KIP-919, controller registration at 3.7-IV0).
+            gate={1: 15},
+            notes="EndpointType 1 lists the controllers then the unfenced registered brokers (brokers: their own "
+                  "view, EndpointType 1 only); 2 lists controllers."),
+    ApiSpec(ApiKey.BROKER_REGISTRATION, 0, 4, broker_registration.handle, kind=_ASYNC,
+            rule=ApiRule(CLUSTER_ACTION),
+            # v1: IsMigratingZkBroker (3.4-IV0); v2: LogDirs (KIP-858, 3.7-IV2);
+            # v3: PreviousBrokerEpoch; v4: no new field, same gate.
+            gate={1: 8, 2: 17, 3: 17, 4: 17},
+            notes="Refused (UNSUPPORTED_VERSION) when the broker cannot run a finalized level."),
+    ApiSpec(ApiKey.BROKER_HEARTBEAT, 0, 1, broker_heartbeat.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
+            # v1: OfflineLogDirs (KIP-858).
+            gate={1: 17},
+            notes="Unfencing once caught up; fencing after `broker.session.timeout.ms` without heartbeats."),
+    ApiSpec(ApiKey.UNREGISTER_BROKER, 0, 0, unregister_broker.handle, kind=_ASYNC, rule=ApiRule(ALTER)),
+    ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
+            error_builder=_without_version(create_topics.error_response),
+            notes="Topics with partitions and assignments, configs, validate-only; during a migration also "
+                  "written to ZooKeeper."),
+    ApiSpec(ApiKey.DELETE_TOPICS, 0, 6, delete_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
+            error_builder=_delete_topics_errors, notes="By name or topic id."),
+    ApiSpec(ApiKey.DESCRIBE_CONFIGS, 0, 4, describe_configs.handle, describe_configs.handle, rule=PER_ITEM,
+            notes="Topic and broker configs from the image."),
+    ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle, FORWARD, kind=_ASYNC,
+            rule=PER_ITEM, error_builder=_without_version(incremental_alter_configs.error_response),
+            notes="Topic and broker configs; validate-only."),
+    ApiSpec(ApiKey.UPDATE_METADATA, 8, 8, zk_broker=update_metadata.handle, rule=ApiRule(CLUSTER_ACTION),
+            notes="The controller of the moment (a KRaft controller during a migration, `IsKRaftController`) "
+                  "tells a ZooKeeper-mode broker who the controller is, the live brokers and the partition "
+                  "states; stale controller or broker epochs are refused."),
+    ApiSpec(ApiKey.MIGRATION_CHECK, 0, 0, zk_broker=migration_check.handle, rule=ApiRule(CLUSTER_ACTION),
+            notes="kraftwerk's own (KIP-866's RPC, which Apache Kafka dropped): cluster id and whether the "
+                  "migration is enabled in the ZooKeeper-mode broker's static config."),
+    ApiSpec(ApiKey.DESCRIBE_MIGRATION, 0, 0, describe_migration.handle, FORWARD, rule=ApiRule(DESCRIBE),
+            notes="kraftwerk's own, behind `kraftwerk migration status`: state, write-behind lag, ZooKeeper and "
+                  "KRaft brokers, failed preconditions."),
+    ApiSpec(ApiKey.SASL_HANDSHAKE, 0, 1, sasl_handshake.handle, sasl_handshake.handle,
+            before_authentication=True,
+            notes="v1 flow only (v0 is answered UNSUPPORTED_VERSION and the connection closes); PLAIN, "
+                  "SCRAM-SHA-256, SCRAM-SHA-512."),
+    ApiSpec(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle, sasl_authenticate.handle, kind=_ASYNC,
+            before_authentication=True, notes="No re-authentication (session lifetime 0)."),
+    ApiSpec(ApiKey.DESCRIBE_ACLS, 1, 3, describe_acls.handle, describe_acls.handle, rule=ApiRule(DESCRIBE),
+            notes="ACLs in the metadata log (brokers: from their image); SECURITY_DISABLED without an authorizer."),
+    ApiSpec(ApiKey.CREATE_ACLS, 1, 3, create_acls.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
+            error_builder=_without_version(create_acls.error_response),
+            notes="ACLs in the metadata log; SECURITY_DISABLED without an authorizer."),
+    ApiSpec(ApiKey.DELETE_ACLS, 1, 3, delete_acls.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
+            error_builder=_without_version(delete_acls.error_response),
+            notes="ACLs in the metadata log; SECURITY_DISABLED without an authorizer."),
+    ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle,
+            describe_user_scram_credentials.handle, rule=ApiRule(DESCRIBE),
+            notes="SCRAM users in the metadata log (brokers: from their image)."),
+    ApiSpec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle, FORWARD,
+            kind=_ASYNC, rule=ApiRule(ALTER),
+            error_builder=_without_version(alter_user_scram_credentials.error_response),
+            notes="SCRAM users in the metadata log (metadata.version 3.5-IV2+)."),
+    ApiSpec(ApiKey.ENVELOPE, 0, 0, envelope.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
+            notes="A broker forwarding a client's request with the client's principal; the request inside is "
+                  "authorized as the client."),
+    ApiSpec(ApiKey.FETCH, 17, 17, rpc.offer, kind=_LATER, rule=ApiRule(CLUSTER_ACTION), notes=_KRAFT_NOTES),
+    ApiSpec(ApiKey.VOTE, 0, 1, rpc.offer, kind=_LATER, rule=ApiRule(CLUSTER_ACTION), notes=_KRAFT_NOTES),
+    ApiSpec(ApiKey.BEGIN_QUORUM_EPOCH, 0, 1, rpc.offer, kind=_LATER, rule=ApiRule(CLUSTER_ACTION),
+            notes=_KRAFT_NOTES),
+    ApiSpec(ApiKey.END_QUORUM_EPOCH, 0, 1, rpc.offer, kind=_LATER, rule=ApiRule(CLUSTER_ACTION),
+            notes=_KRAFT_NOTES),
+    ApiSpec(ApiKey.FETCH_SNAPSHOT, 0, 1, rpc.offer, kind=_LATER, rule=ApiRule(CLUSTER_ACTION),
+            notes=_KRAFT_NOTES),
+)
+
+
+def _index(specs: tuple[ApiSpec, ...]) -> Mapping[ApiKey, ApiSpec]:
+    table: dict[ApiKey, ApiSpec] = {}
+    for spec in specs:
+        if spec.key in table:
+            raise ValueError(f"{spec.name} is listed twice in the API catalog")
+        table[spec.key] = spec
+    return MappingProxyType(table)
+
+
+CATALOG: Mapping[ApiKey, ApiSpec] = _index(_SPECS)
+
+# What a broker relays to the active controller, and so what an Envelope may carry.
+FORWARDABLE_APIS: frozenset[ApiKey] = frozenset(spec.key for spec in _SPECS if spec.forwarded_by_brokers)
+# What an unauthenticated connection on a SASL listener may send.
+PRE_AUTHENTICATION_APIS: frozenset[ApiKey] = frozenset(spec.key for spec in _SPECS if spec.before_authentication)
+
+
+@dataclass(frozen=True, slots=True)
+class ServedApi:
+    """One ApiSpec as one node role serves it: the fields the dispatcher reads per
+    request, resolved once."""
+
+    api_key: ApiKey
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    is_async: bool
+    answers_later: bool
+    request: Message
+    response: Message
+    # Header versions indexed by API version, resolved once: the per-request
+    # path must not re-derive Kafka's flexible-version rule.
+    request_header_versions: tuple[int, ...]
+    response_header_versions: tuple[int, ...]
+    rule: ApiRule
+    before_authentication: bool
+    # Brokers forward it to the active controller, so an Envelope may carry it.
+    forwardable: bool
+    # (request, version, code, message) -> body: the spec's error_response.
+    error_response: ErrorBuilder
+    spec: ApiSpec
+
+    def request_header_version(self, version: int) -> int:
+        return self.request_header_versions[version]
+
+    def response_header_version(self, version: int) -> int:
+        return self.response_header_versions[version]
+
+
+def serve(spec: ApiSpec, role: NodeRole) -> ServedApi | None:
+    """`spec` as `role` serves it, or None if that role does not."""
+    handler = spec.handler(role)
+    if handler is None:
+        return None
+    kind = HandlerKind.ASYNC if handler is FORWARD else spec.kind
+    request = spec.request
+    low = request.version_range[0]
+    versions = range(spec.max_version + 1)
+    return ServedApi(
+        spec.key, spec.name, spec.min_version, spec.max_version, handler,
+        kind is HandlerKind.ASYNC, kind is HandlerKind.ANSWERS_LATER, request, spec.response,
+        tuple(request_header_version(request, v) if v >= low else 2 for v in versions),
+        tuple(response_header_version(request, v) if v >= low else 0 for v in versions),
+        spec.rule, spec.before_authentication, spec.forwarded_by_brokers, spec.error_response, spec,
+    )
+
+
+def served_table(role: NodeRole) -> dict[ApiKey, ServedApi]:
+    """What a node of `role` serves: {api key: ServedApi}."""
+    table = {}
+    for spec in _SPECS:
+        api = serve(spec, role)
+        if api is not None:
+            table[spec.key] = api
+    return table
+
+
+def gate_runs(gate: Mapping[int, int]) -> list[tuple[str, int]]:
+    """A gate as (versions, level) runs of consecutive versions with the same level,
+    e.g. [("v1", 8), ("v2+", 17)]: the last run also holds for versions not yet listed."""
+    runs: list[tuple[int, int, int]] = []  # (first version, last version, level)
+    for version in sorted(gate):
+        level = gate[version]
+        if runs and runs[-1][2] == level and runs[-1][1] == version - 1:
+            runs[-1] = (runs[-1][0], version, level)
+        else:
+            runs.append((version, version, level))
+    shown = []
+    for index, (first, last, level) in enumerate(runs):
+        if index == len(runs) - 1:
+            text = f"v{first}+"
+        elif first == last:
+            text = f"v{first}"
+        else:
+            text = f"v{first}-v{last}"
+        shown.append((text, level))
+    return shown
+
+
+# -- README ---------------------------------------------------------------------------
+
+def _versions_text(spec: ApiSpec) -> str:
+    if spec.min_version == spec.max_version:
+        return str(spec.min_version)
+    return f"{spec.min_version}–{spec.max_version}"
+
+
+def _served_by_text(spec: ApiSpec) -> str:
+    roles = []
+    if spec.controller is not None:
+        roles.append("controller")
+    if spec.broker is not None:
+        roles.append("broker (forwards)" if spec.forwarded_by_brokers else "broker")
+    if spec.zk_broker is not None:
+        roles.append("ZooKeeper-mode broker")
+    return ", ".join(roles)
+
+
+def _gate_text(spec: ApiSpec) -> str:
+    return "; ".join(f"{versions}: {metadata_version_from_level(level).name}"
+                     for versions, level in gate_runs(spec.gate)) or "—"
+
+
+def _acl_text(spec: ApiSpec) -> str:
+    rule = spec.rule
+    if rule.per_item:
+        return "per topic / resource"
+    if rule.operation is None:
+        return "before SASL authentication" if spec.before_authentication else ""
+    text = f"{rule.operation.name} on CLUSTER"
+    return text if rule.on_brokers else f"{text} (controllers)"
+
+
+def render_api_table() -> str:
+    """README's "Supported APIs" table (Markdown), one row per API in key order."""
+    lines = ["| API | key | versions | served by | metadata.version gate | ACL | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for spec in sorted(_SPECS, key=lambda s: s.key):
+        cells = (spec.name, str(int(spec.key)), _versions_text(spec), _served_by_text(spec), _gate_text(spec),
+                 _acl_text(spec), spec.notes)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

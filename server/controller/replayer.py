@@ -1,0 +1,209 @@
+"""The replayer: the only writer of a node's committed metadata image.
+
+Owns: the committed `ControllerState` of a controller or a broker, how far the
+metadata log has been replayed into it, and the snapshots taken on the way. It
+reads every committed batch from the Raft driver (`committed_reader`) and
+replays its records with `ControllerState.replay` — the same path as
+start-up, so leaders, standbys, brokers and restarts build the same image —
+and loads snapshots the driver installed from the leader.
+
+Snapshots, at batch boundaries only (a batch commits atomically, so no
+committed state lies inside one, and a fetcher continues right after it):
+- just before a batch that changes `metadata.version`: a rollback point, the
+  log is kept (KIP-778);
+- just after a lossy downgrade: the image at the new level, and the log
+  before it goes, so that older software never reads records it cannot;
+- every `snapshot_interval_bytes` of replayed records (None: never), which
+  lets the driver drop the log prefix.
+
+Listeners are told in the replay task, right after a batch was replayed:
+`on_commit(records, base_offset)` (metrics, logs, metadata.version changes)
+and `on_batch_replayed(batch)`, through which the controller loop answers
+the commands whose records the batch holds without a task switch.
+
+Rules kept here:
+- One task (`run`) writes the image; snapshots are written from that task,
+  so the image cannot change while one is written.
+- No await and no copy per record: this is the commit path of every write.
+- KIP-778: with `stop_on_unsupported_level`, replaying a finalized level this
+  node's software cannot run stops the node (`UnsupportedFinalizedLevelError`),
+  resigning first if it leads. A broker passes False: its lifecycle decides
+  (it may not be a member yet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+from protocol.records import MetadataRecord, decode_metadata_record
+from server.controller.features import (
+    METADATA_VERSION,
+    NodeFeatures,
+    find_metadata_version,
+    is_lossless_downgrade,
+    unsupported_finalized_levels,
+)
+from server.controller.snapshot import load_snapshot, write_controller_snapshot
+from server.controller.state import ControllerState
+from server.observability import Event, get_logger
+from server.raft.driver import CommittedBatch, DriverStopped, RaftDriver, SnapshotLoaded
+from server.storage.snapshot import read_snapshot
+
+log = get_logger("controller")
+snapshot_log = get_logger("snapshot")
+
+
+class UnsupportedFinalizedLevelError(Exception):
+    """KIP-778: the quorum finalized a level this node's software cannot run."""
+
+
+def _never() -> bool:
+    return False
+
+
+class Replayer:
+    def __init__(
+        self,
+        driver: RaftDriver,
+        state: ControllerState,
+        replay_from_offset: int,
+        supported_features: NodeFeatures,
+        *,
+        node_id: int,
+        log_dir: Path,
+        on_commit: Callable[[list[MetadataRecord], int], None] | None = None,
+        snapshot_interval_bytes: int | None = None,
+        stop_on_unsupported_level: bool = True,
+    ) -> None:
+        self.driver = driver
+        self.state = state  # replaced when a snapshot is loaded
+        self.supported_features = supported_features
+        self.node_id = node_id
+        self.log_dir = log_dir
+        self.stop_on_unsupported_level = stop_on_unsupported_level
+        self.snapshot_interval_bytes = snapshot_interval_bytes
+        self._on_commit = on_commit
+        self._on_batch_replayed: Callable[[CommittedBatch], None] | None = None
+        self._leading: Callable[[], bool] = _never
+        # Everything below this offset is replayed into `state` (control batches included).
+        self.replayed_end_offset = replay_from_offset
+        self._replayed = trio.Event()
+        # Counters for benchmarks, metrics and the snapshot interval.
+        self.replayed_bytes = 0
+        self._snapshot_bytes_mark = 0
+
+    def serve_commands(self, on_batch_replayed: Callable[[CommittedBatch], None], leading: Callable[[], bool]) -> None:
+        """Called by the controller loop that proposes on top of this image:
+        `on_batch_replayed` answers its in-flight commands, `leading` says whether it
+        is the active controller (a standby lets the driver's next Fetch go first)."""
+        self._on_batch_replayed = on_batch_replayed
+        self._leading = leading
+
+    async def wait_replayed(self, end_offset: int) -> None:
+        """Until everything below `end_offset` is in the image."""
+        while self.replayed_end_offset < end_offset:
+            await self._replayed.wait()
+
+    # -- the replay task: sole writer of the image ------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        reader = self.driver.committed_reader(self.replayed_end_offset)
+        task_status.started()
+        while True:
+            items = await reader.next()
+            if not self._leading():
+                # A standby learns of commits from the Fetch answer that also brought the
+                # next records: let the driver's next Fetch leave first (woken in the same
+                # scheduling round), so that replaying here does not delay the commit.
+                await trio.lowlevel.checkpoint()
+            for item in items:
+                if isinstance(item, SnapshotLoaded):
+                    contents = await trio.to_thread.run_sync(read_snapshot, item.path)
+                    self.state = load_snapshot(contents.records, item.snapshot_id.end_offset, self.state.cluster_id)
+                    self.replayed_end_offset = item.snapshot_id.end_offset
+                    log.info(Event.RECOVERED_FROM_SNAPSHOT, snapshot_end_offset=item.snapshot_id.end_offset,
+                             snapshot_epoch=item.snapshot_id.epoch, last_applied_offset=self.state.last_applied_offset)
+                    continue
+                if item.control_type is None:
+                    await self._replay_batch(item)
+                self.replayed_end_offset = item.next_offset
+                if self._on_batch_replayed is not None:
+                    self._on_batch_replayed(item)
+                interval = self.snapshot_interval_bytes
+                if interval is not None and self.replayed_bytes - self._snapshot_bytes_mark >= interval \
+                        and self.state.last_applied_offset >= 0:
+                    self._snapshot_bytes_mark = self.replayed_bytes
+                    await self.write_snapshot(item.next_offset, item.epoch, item.timestamp_ms, "interval")
+            self._replayed.set()
+            self._replayed = trio.Event()
+
+    async def _replay_batch(self, item: CommittedBatch) -> None:
+        records = [decode_metadata_record(value) for value in item.values]
+        state = self.state
+        before = state.metadata_version
+        changes = before is not None and any(
+            r.name == "FeatureLevelRecord" and r.data["name"] == METADATA_VERSION
+            and r.data["feature_level"] != before for r in records)
+        if changes:
+            await self.write_snapshot(item.base_offset, item.epoch, item.timestamp_ms,
+                                      "before_metadata_version_change", compact=False)
+        for index, record in enumerate(records):
+            state.replay(record, item.base_offset + index)
+        after = state.metadata_version
+        if changes and after < before and not is_lossless_downgrade(before, after):
+            await self.write_snapshot(item.next_offset, item.epoch, item.timestamp_ms, "lossy_downgrade")
+        self.replayed_bytes += sum(len(value) for value in item.values)
+        if self.stop_on_unsupported_level:
+            await self._check_supported(records)
+        if self._on_commit is not None:
+            self._on_commit(records, item.base_offset)
+
+    async def _check_supported(self, records: list[MetadataRecord]) -> None:
+        if not any(record.name == "FeatureLevelRecord" for record in records):
+            return
+        reasons = unsupported_finalized_levels(self.state.all_finalized_levels(), self.supported_features)
+        if not reasons:
+            return
+        message = "; ".join(reasons)
+        log.critical(Event.CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL, reasons=reasons)
+        if self.driver.is_leader:
+            await self.driver.resign()
+        raise UnsupportedFinalizedLevelError(
+            f"the quorum finalized levels this controller cannot run: {message}; stopping (KIP-778). "
+            "Run a release that supports them.")
+
+    # -- snapshots ------------------------------------------------------------------------
+    async def write_snapshot(self, end_offset: int, epoch: int, timestamp_ms: int, reason: str,
+                             compact: bool = True) -> None:
+        """Writes the image (covering everything below `end_offset`) as a snapshot; with
+        `compact` makes it the quorum's latest, and the driver drops the log before it
+        (never this code directly: the Raft core must see it between steps)."""
+        state = self.state
+        if state.in_transaction or state.last_applied_offset < 0:
+            return  # an open metadata transaction could still be aborted: not a snapshot point
+        if not self.driver.storage.metadata_log.is_batch_boundary(end_offset):
+            # A replica that loaded it would have to fetch from inside a batch (see
+            # MetadataRaftLog.compact): never write one.
+            return
+        try:
+            snapshot_id = await trio.to_thread.run_sync(
+                write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
+        except OSError as exc:
+            # A snapshot is an optimisation and a rollback point, never what makes data
+            # durable (the log is): a full or failing disk skips it (the writer removed its
+            # partial file) and the next snapshot point tries again.
+            snapshot_log.error(Event.SNAPSHOT_WRITE_FAILED, node_id=self.node_id, end_offset=end_offset,
+                               epoch=epoch, reason=reason, error=str(exc))
+            return
+        mv = state.metadata_version
+        snapshot_log.info(Event.CONTROLLER_SNAPSHOT_TAKEN, node_id=self.node_id, end_offset=snapshot_id.end_offset,
+                          epoch=snapshot_id.epoch, reason=reason,
+                          metadata_version=str(find_metadata_version(mv) or mv) if mv is not None else None)
+        if not compact:
+            return
+        try:
+            await self.driver.compact(snapshot_id)
+        except DriverStopped:
+            pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
