@@ -15,6 +15,7 @@ says why and what to do), 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import gc
 import shlex
 import shutil
 import signal
@@ -188,6 +189,10 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
                 nursery.cancel_scope.cancel()  # the node ended by itself (a broker's shutdown)
 
             port = await nursery.start(serve)
+            # What exists once the node serves (modules, the served table, the image,
+            # the listeners) lives as long as the process: moved out of the collector's
+            # generations, no later collection scans it again.
+            gc.freeze()
             if port_file:
                 Path(port_file).write_text(f"{port}\n")
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

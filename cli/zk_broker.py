@@ -16,6 +16,7 @@ when --zookeeper is not given; `broker.rack`; `zookeeper.session.timeout.ms`.
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from dataclasses import replace
@@ -119,6 +120,7 @@ def run(args) -> int:
 
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 port = await nursery.start(serve)
+                gc.freeze()  # start-up's objects live as long as the process: see cli/main.py
                 if port_file:
                     Path(port_file).write_text(f"{port}\n")
                 async for _ in signals:
