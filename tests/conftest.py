@@ -20,7 +20,6 @@ import pytest
 # docker-compose, ... must fail the run, naming what is missing (the skip's reason),
 # instead of hiding a test. Only these skips stand in CI: they are not about a component.
 CI_ALLOWED_SKIPS = (
-    "Kafka JSON specs not found",  # test data outside the repository (../shared)
     "PyYAML is not installed",  # a second YAML reader to cross-check ours, not a component
 )
 

@@ -1,6 +1,6 @@
 """Regenerates the declaration modules of `protocol/` from Kafka's JSON specs.
 
-Usage: python tools/gen_protocol.py [SPEC_DIR]   (default ../shared/kafka-spec/messages)
+Usage: python tools/gen_protocol.py [SPEC_DIR]   (default tests/data/kafka-messages)
        python tools/gen_protocol.py --api-keys   (protocol/api_keys.py only; no specs needed)
        python tools/gen_protocol.py --readme     (README's "Supported APIs" table only)
 
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SPEC_DIR = ROOT.parent / "shared" / "kafka-spec" / "messages"
+DEFAULT_SPEC_DIR = ROOT / "tests" / "data" / "kafka-messages"
 
 # API modules: one per API (request + response).
 # Records: metadata records in one module, KRaft data/control messages in another.
