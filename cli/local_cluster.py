@@ -16,12 +16,14 @@ operator as super users).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,26 +208,84 @@ def poll_until(what: str, condition: Callable[[], bool], *, timeout_s: float, po
         time.sleep(poll_s)
 
 
-def free_port_run(count: int, attempts: int = 50) -> int:
-    """The first of `count` consecutive free loopback ports (probed, then released: a
-    best effort, for tests and benchmarks that need voter addresses up front)."""
-    for _ in range(attempts):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        probes = []
+# Ports for nodes whose addresses must be known up front (voters, brokers, ZooKeeper) are
+# taken below the kernel's ephemeral range (Linux: 32768-60999 by default). A port probed
+# free inside that range can be handed to any process's outgoing connection before the
+# node binds it — or between a node's stop and its restart on the same port: on a busy
+# host that happened (`OSError: [Errno 98] Address already in use`). Below the range only
+# an explicit bind takes a port, and every kraftwerk process reserves its ports in
+# PORT_RESERVATIONS_DIR first, so two test runs (or two tests of one run) never share one.
+RESERVED_PORTS_LOW = 20_000
+EPHEMERAL_PORTS_LOW_DEFAULT = 32_768
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_RESERVATIONS_DIR = Path(tempfile.gettempdir()) / "kraftwerk-port-reservations"
+
+
+def ephemeral_ports_low() -> int:
+    """The first port the kernel hands out to outgoing connections."""
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_PORTS_LOW_DEFAULT
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reserved(port: int, directory: Path) -> bool:
+    """Whether a live process (this one included: a port is never handed out twice in
+    one process, its previous node may still be shutting down) reserved `port`."""
+    try:
+        pid = int((directory / str(port)).read_text() or "0")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True  # unreadable: treat as taken, there are plenty of others
+    return pid > 0 and _process_alive(pid)
+
+
+def _bindable(port: int) -> bool:
+    # SO_REUSEADDR, as the node's listener sets it: connections of an earlier node
+    # lingering in TIME_WAIT do not make a port unusable, a listener does.
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            for offset in range(count):
-                sock = socket.socket()
-                probes.append(sock)
-                sock.bind(("127.0.0.1", base + offset))
-            return base
+            probe.bind(("127.0.0.1", port))
         except OSError:
-            continue
-        finally:
-            for sock in probes:
-                sock.close()
-    raise LocalClusterError(f"no run of {count} free ports found")
+            return False
+    return True
+
+
+def free_port_run(count: int, directory: Path | None = None) -> int:
+    """The first of `count` consecutive loopback ports reserved for this process until it
+    exits (for tests, benchmarks and clusters that need voter addresses up front): below
+    the ephemeral range, bindable now, and reserved by no other live process."""
+    directory = directory or PORT_RESERVATIONS_DIR
+    low, high = RESERVED_PORTS_LOW, min(ephemeral_ports_low(), EPHEMERAL_PORTS_LOW_DEFAULT)
+    span = high - low - count + 1
+    if count < 1 or span < 1:
+        raise LocalClusterError(f"no room for {count} ports between {low} and {high}")
+    directory.mkdir(parents=True, exist_ok=True)
+    start = secrets.randbelow(span)
+    with open(directory / ".lock", "a") as lock:
+        # One allocator at a time across processes: check-then-reserve must not interleave.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for step in range(span):  # bounded: every candidate base at most once
+            base = low + (start + step) % span
+            ports = range(base, base + count)
+            if any(_reserved(port, directory) for port in ports) or not all(map(_bindable, ports)):
+                continue
+            for port in ports:
+                (directory / str(port)).write_text(str(os.getpid()))
+            return base
+    raise LocalClusterError(f"no run of {count} free ports between {low} and {high}")
 
 
 def plan(directory: Path, controllers: int, base_port: int) -> list[ControllerSpec]:

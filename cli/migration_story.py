@@ -104,7 +104,10 @@ class MigrationCluster:
         self.work = work
         work.mkdir(parents=True, exist_ok=True)
         self.cluster_id = random_uuid_string()
-        self.zookeeper = ZooKeeperProcess(work / "zookeeper", port=zookeeper_port, settings=zookeeper_settings)
+        # ZooKeeper's port too is reserved below the ephemeral range (cli/local_cluster.py
+        # free_port_run): it is kept across ZooKeeper restarts.
+        self.zookeeper = ZooKeeperProcess(work / "zookeeper", port=zookeeper_port or lc.free_port_run(1),
+                                          settings=zookeeper_settings)
         self.seed = seed or SeedSpec(cluster_id=self.cluster_id, broker_ids=tuple(range(1, zk_brokers + 1)))
         if self.seed.cluster_id != self.cluster_id:
             self.cluster_id = self.seed.cluster_id
@@ -251,9 +254,11 @@ class MigrationCluster:
         return process is not None and process.alive()
 
     def stop_all(self) -> None:
-        for node_id in list(self.processes):
-            self.stop(node_id)
-        self.zookeeper.stop()
+        try:
+            for node_id in list(self.processes):
+                self.stop(node_id)
+        finally:
+            self.zookeeper.stop()  # even when a node's stop failed: nothing is left running
 
     # -- views -------------------------------------------------------------------------
     def wait_until(self, what: str, condition: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:

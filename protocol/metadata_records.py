@@ -7,7 +7,7 @@ Exception: REMOVE_TOPIC_RECORD is declared by hand (RemoveTopicRecord.json is no
 the reference specs in ../shared; field, key and versions are Kafka's). A regeneration
 must keep it: the controller replays it when a topic is deleted. The same holds for the
 security records at the end (USER_SCRAM_CREDENTIAL_RECORD, REMOVE_USER_SCRAM_CREDENTIAL_RECORD,
-ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD).
+ACCESS_CONTROL_ENTRY_RECORD, REMOVE_ACCESS_CONTROL_ENTRY_RECORD) and CLIENT_QUOTA_RECORD.
 """
 
 from protocol.schema import Field as F
@@ -301,5 +301,25 @@ REMOVE_USER_SCRAM_CREDENTIAL_RECORD = Message(
     fields=(
         F('Name', 'string', '0+'),
         F('Mechanism', 'int8', '0+'),
+    ),
+)
+
+
+# Declared from Kafka's ClientQuotaRecord.json (not among ../shared's specs): one quota key of
+# one entity set or removed.
+CLIENT_QUOTA_RECORD = Message(
+    name='ClientQuotaRecord',
+    type='metadata',
+    api_key=14,
+    valid_versions='0',
+    flexible_versions='0+',
+    fields=(
+        F('Entity', '[]EntityData', '0+', fields=(
+            F('EntityType', 'string', '0+'),
+            F('EntityName', 'string', '0+', nullable_versions='0+'),
+        )),
+        F('Key', 'string', '0+'),
+        F('Value', 'float64', '0+'),
+        F('Remove', 'bool', '0+'),
     ),
 )

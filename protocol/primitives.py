@@ -11,9 +11,13 @@ Rules kept here:
   interpreter on the hot path (construct's own `VarInt`/`Prefixed` do).
 - Malformed input raises `DecodeError` (via the helpers below) or a low-level
   error that `protocol.codec` converts to `DecodeError`; nothing else escapes.
-- Decoding never allocates more than the bytes present justify: lengths are
-  checked against what was actually read, and array loops consume at least one
-  byte per element or are capped (see `KafkaArray`).
+- Decoding never acts on a length or count the input cannot hold: a claim above
+  `CLAIM_UNCHECKED_MAX` (string and bytes lengths, unknown tagged-field sizes,
+  array and tagged-field counts) is checked against the bytes remaining before
+  anything is read or built for it; smaller ones are read directly (a BytesIO
+  never hands out more than it holds). Array loops consume at least one byte
+  per element or are capped (see `KafkaArray`). tests/fuzz/test_decoders.py
+  audits every read a decoder makes against this rule.
 """
 
 from __future__ import annotations
@@ -37,13 +41,37 @@ ZERO_UUID = uuid.UUID(int=0)
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
+# Claims (lengths, counts) up to this are acted on without asking how many bytes
+# remain: reading them costs at most what is there, a list of this many slots ~1 KB,
+# and checking would tax every short name on the hot path. It is the largest length
+# one varint byte holds, so the fast paths below never need the check.
+CLAIM_UNCHECKED_MAX = 127
+
 
 # --------------------------------------------------------------------------
 # Plain helper functions. The compiled code calls these directly, so they are
 # the hot path: keep them branch-light.
 # --------------------------------------------------------------------------
 
+def remaining_bytes(io: BytesIO) -> int:
+    # seek/tell, not getbuffer(): a BytesIO built on a bytes object shares it until
+    # a buffer is exported, and getbuffer() would copy the whole input.
+    position = io.tell()
+    end = io.seek(0, 2)
+    io.seek(position)
+    return end - position
+
+
+def check_claim(io: BytesIO, nbytes: int, what: str) -> None:
+    """Raises DecodeError unless `nbytes` remain: a claim is checked before it is acted on."""
+    remaining = remaining_bytes(io)
+    if nbytes > remaining:
+        raise DecodeError(f"truncated: {what} claims {nbytes} bytes, {remaining} remain")
+
+
 def read_exact(io: BytesIO, n: int) -> bytes:
+    if n > CLAIM_UNCHECKED_MAX:
+        check_claim(io, n, "a length")
     data = io.read(n)
     if len(data) != n:
         raise DecodeError(f"truncated: wanted {n} bytes, got {len(data)}")
@@ -202,6 +230,7 @@ def read_compact_string(io: BytesIO) -> str:
     if n >= 0x80:
         io.seek(-1, 1)
         n = read_uvarint(io)
+        check_claim(io, n - 1, "a string length")
     if n == 0:
         raise DecodeError("null string in a non-nullable field")
     n -= 1
@@ -219,6 +248,7 @@ def read_compact_nullable_string(io: BytesIO) -> str | None:
     if n >= 0x80:
         io.seek(-1, 1)
         n = read_uvarint(io)
+        check_claim(io, n - 1, "a string length")
     if n == 0:
         return None
     n -= 1
@@ -481,6 +511,14 @@ def bytes_type(compact: bool, nullable: bool) -> KafkaLeaf:
 ZERO_SIZE_ELEMENTS_MAX = 1024
 
 
+def check_array_claim(io: BytesIO, n: int, element_min_size: int) -> None:
+    if element_min_size == 0:
+        if n > ZERO_SIZE_ELEMENTS_MAX:
+            raise DecodeError(f"array of {n} zero-size elements")
+    elif n > CLAIM_UNCHECKED_MAX:
+        check_claim(io, n * element_min_size, "an array count")
+
+
 class KafkaArray(Construct):
     """Classic (int32 count) or compact (uvarint count+1) array, optionally null."""
 
@@ -501,8 +539,7 @@ class KafkaArray(Construct):
         n = read_array_count(stream, self.compact, self.nullable)
         if n < 0:
             return None
-        if self._element_min_size() == 0 and n > ZERO_SIZE_ELEMENTS_MAX:
-            raise DecodeError(f"array of {n} zero-size elements")
+        check_array_claim(io=stream, n=n, element_min_size=self._element_min_size())
         return ListContainer(self.element._parse(stream, context, path) for _ in range(n))
 
     def _build(self, obj, stream, context, path):
@@ -515,9 +552,11 @@ class KafkaArray(Construct):
     def _emitparse(self, code):
         code.append(_HELPER_IMPORT)
         fname = f"parse_array_{code.allocateId()}"
-        guard = ""
-        if self._element_min_size() == 0:
+        min_size = self._element_min_size()
+        if min_size == 0:
             guard = f"if n > {ZERO_SIZE_ELEMENTS_MAX}: raise DecodeError('array of zero-size elements')"
+        else:
+            guard = f"if n > {CLAIM_UNCHECKED_MAX}: check_claim(io, n * {min_size}, 'an array count')"
         code.append(f"""
             def {fname}(io, this):
                 n = read_array_count(io, {self.compact}, {self.nullable})
@@ -673,6 +712,8 @@ class KafkaStruct(Construct):
             lines.append("        if not n: raise DecodeError('truncated tagged-field count')")
             lines.append("        io.seek(-1, 1)")
             lines.append("        n = read_uvarint(io)")
+            # Each tagged field takes at least two bytes (its tag and its size).
+            lines.append(f"        if n > {CLAIM_UNCHECKED_MAX}: check_claim(io, 2 * n, 'a tagged-field count')")
             lines.append("        unknown = None")
             lines.append("        last_tag = -1")
             lines.append("        for _ in range(n):")
@@ -771,6 +812,8 @@ def _get(obj, spec: FieldSpec):
 
 def parse_tagged_section(stream, result, known: dict, context, path) -> list | None:
     n = read_uvarint(stream)
+    if n > CLAIM_UNCHECKED_MAX:
+        check_claim(stream, 2 * n, "a tagged-field count")  # a tag and a size byte each
     unknown = None
     last_tag = -1
     for _ in range(n):

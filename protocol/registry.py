@@ -15,6 +15,8 @@ from types import MappingProxyType
 from protocol.api_keys import ApiKey
 from protocol.apis import (
     add_raft_voter,
+    alter_client_quotas,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     begin_quorum_epoch,
@@ -22,10 +24,12 @@ from protocol.apis import (
     broker_registration,
     controller_registration,
     create_acls,
+    create_partitions,
     create_topics,
     delete_acls,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_migration,
@@ -50,9 +54,9 @@ from protocol.apis import (
 from protocol.schema import Message
 
 _MODULES = (
-    add_raft_voter, alter_user_scram_credentials, api_versions, begin_quorum_epoch, broker_heartbeat,
-    broker_registration, controller_registration, create_acls, create_topics, delete_acls, delete_topics,
-    describe_acls, describe_cluster, describe_configs, describe_migration, describe_quorum,
+    add_raft_voter, alter_client_quotas, alter_configs, alter_user_scram_credentials, api_versions, begin_quorum_epoch, broker_heartbeat,
+    broker_registration, controller_registration, create_acls, create_partitions, create_topics, delete_acls, delete_topics,
+    describe_acls, describe_client_quotas, describe_cluster, describe_configs, describe_migration, describe_quorum,
     describe_user_scram_credentials, end_quorum_epoch, envelope, fetch, fetch_snapshot,
     incremental_alter_configs, metadata, migration_check, remove_raft_voter, sasl_authenticate,
     sasl_handshake, unregister_broker, update_features, update_metadata, update_raft_voter, vote,

@@ -7,6 +7,14 @@ Owns: the decision of what happens to each frame (Kafka's `SocketServer` /
   (KIP-511).
 - An unknown API key, or a version of another API that we do not serve,
   closes the connection without a response, with a log line.
+- A version above what the finalized metadata.version allows (KIP-778 gating,
+  server/gating.py) is judged by what *this connection* was told: inside the
+  ranges its ApiVersions answer listed (`Connection.advertised`; a connection
+  that never asked is judged by the current ranges), the request is answered
+  with UNSUPPORTED_VERSION in its API's own response shape — a client that
+  used a version it was offered a moment earlier gets an error, not a closed
+  socket; outside them, the connection closes as for any version never
+  advertised.
 - A body that does not decode closes the connection, with a log line.
 - What is served, and how, is the node's table from the API catalog
   (server/api/catalog.py): versions, handler and its kind, whether it may come
@@ -36,6 +44,7 @@ from protocol.header import REQUEST_HEADER, encode_response_header, peek_api
 from protocol.registry import api_name
 from server.api.context import RequestContext
 from server.api.errors import ApiError
+from server.gating import gated_version_message
 from server.net.listener import CloseConnection, Connection, PendingResponse
 from server.observability import Event, get_logger
 
@@ -102,14 +111,21 @@ class Dispatcher:
             self.metrics.request_errors.labels("unsupported_version").inc()
             raise CloseConnection()
         allowed = self.node.advertised_ranges().get(api_key)
-        if allowed is None or version > allowed[1]:
-            # Served by the software, but not at this finalized metadata.version (KIP-778):
-            # as unknown to the client as any version we never advertised.
-            log.warning(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer,
-                        api=api_name(api_key), api_version=version,
-                        allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}")
-            self.metrics.request_errors.labels("gated_version").inc()
-            raise CloseConnection()
+        gated = allowed is None or not allowed[0] <= version <= allowed[1]
+        if gated:
+            # Served by the software, but not at this finalized metadata.version (KIP-778).
+            told = conn.advertised.get(api_key) if conn.advertised is not None else None
+            if told is None or not told[0] <= version <= told[1]:
+                # Never offered on this connection: as unknown to the client as any
+                # version we never advertised.
+                log.warning(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer,
+                            api=api_name(api_key), api_version=version,
+                            allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
+                            outcome="closed")
+                self.metrics.request_errors.labels("gated_version").inc()
+                raise CloseConnection()
+            # Offered by this connection's ApiVersions before a metadata.version change:
+            # answered below, once decoded, with UNSUPPORTED_VERSION in the API's shape.
         if not conn.authenticated and not api.before_authentication:
             # Kafka's SaslServerAuthenticator: anything but these before the SASL exchange
             # has completed is a protocol violation; the connection is closed.
@@ -127,6 +143,8 @@ class Dispatcher:
             self.metrics.request_errors.labels("decode").inc()
             raise CloseConnection() from None
         correlation_id = header.correlation_id
+        if gated:
+            return self._refuse_gated(conn, api, version, correlation_id, request)
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn, self.node)
         counter = self._request_counters.get((api_key, version))
         if counter is None:
@@ -201,6 +219,24 @@ class Dispatcher:
                       correlation_id=ctx.correlation_id, client_id=ctx.client_id,
                       latency_us=round((time.perf_counter() - started) * 1e6, 1))
         slot.set(payload)
+
+    def _refuse_gated(self, conn: Connection, api: "ServedApi", version: int, correlation_id: int,
+                      request) -> bytes:
+        """UNSUPPORTED_VERSION for a version this connection was told but the finalized
+        metadata.version no longer allows, encoded in that API and version."""
+        message = gated_version_message(api.api_key, api.name, version)
+        allowed = self.node.advertised_ranges().get(api.api_key)
+        log.info(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer, api=api.name,
+                 api_version=version, allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
+                 outcome="unsupported_version")
+        self.metrics.request_errors.labels("stale_version").inc()
+        body = api.error_response(request, version, ErrorCode.UNSUPPORTED_VERSION, message)
+        try:
+            return self.encode_response(api, version, correlation_id, body)
+        except Exception as exc:  # a bug in an error builder: log and close this connection only
+            log.exception(Event.HANDLER_FAILED, connection=conn.connection_id, api=api.name,
+                          api_version=version, error=repr(exc))
+            raise CloseConnection() from None
 
     def _api_versions_unsupported(self, conn: Connection, frame: bytes, version: int) -> bytes:
         """KIP-511: answer an unknown ApiVersions version with a v0 body and error 35."""

@@ -5,8 +5,9 @@ metadata.version level; each API's gate is its entry in the API catalog,
 server/api/catalog.py), `min_metadata_version`, `max_allowed_version`, `gated_ranges`
 (the served {api_key: (min, max)} table cut down to what the cluster's metadata.version
 allows), `AdvertisedApis` (a node's served table so gated, what ApiVersions lists and
-the dispatcher accepts), `describe_gates` (the gates as text) and `negotiate` (the
-highest version two sides share, for clients after ApiVersions).
+the dispatcher accepts), `describe_gates` (the gates as text), `negotiate` (the
+highest version two sides share, for clients after ApiVersions) and
+`gated_version_message` (why a version told earlier is refused now).
 
 KIP-778 asks a controller to hold back a new RPC version "until the controller can
 persist the new record type": a request version carrying a field (log dirs, a
@@ -117,6 +118,16 @@ def describe_gates() -> list[str]:
             mv = metadata_version_from_level(level)
             lines.append(f"{gate.api_name} {shown} needs metadata.version {mv.name} ({level})")
     return lines
+
+
+def gated_version_message(api_key: int, api_name: str, version: int) -> str:
+    """The message of the UNSUPPORTED_VERSION answer to a request whose version the
+    connection's ApiVersions allowed but a later metadata.version change gated away."""
+    needed = min_metadata_version(api_key, version)
+    needs = (f"needs metadata.version {metadata_version_from_level(needed).name} ({needed}) or higher"
+             if needed is not None else "is not allowed")
+    return (f"{api_name} v{version} {needs}: the finalized metadata.version changed since this "
+            "connection's ApiVersions; ask ApiVersions again (or reconnect) and use a version it lists")
 
 
 def negotiate(local: tuple[int, int], remote: tuple[int, int]) -> int | None:

@@ -55,6 +55,7 @@ class Event(StrEnum):
     RECORDS_COMMITTED = "controller.records_committed"
     FEATURE_FINALIZED = "controller.feature_finalized"
     FEATURE_UPDATE_REJECTED = "controller.feature_update_rejected"
+    CLIENT_QUOTAS_ALTERED = "controller.client_quotas_altered"
     BROKER_REGISTERED = "controller.broker_registered"
     BROKER_REGISTRATION_REJECTED = "controller.broker_registration_rejected"
     BROKER_FENCED = "controller.broker_fenced"
@@ -118,6 +119,8 @@ class Event(StrEnum):
     CONTROLLER_DEACTIVATED = "controller.deactivated"
     CONTROLLER_UNSUPPORTED_FINALIZED_LEVEL = "controller.unsupported_finalized_level"
     GATED_VERSION = "net.gated_version"
+    # A metadata.version change left connections with a stale ApiVersions answer (KIP-778).
+    STALE_CONNECTIONS_CLOSING = "net.stale_connections_closing"
     # The broker agent (server/broker/).
     BROKER_STARTED = "broker.started"
     BROKER_REGISTERING = "broker.registering"

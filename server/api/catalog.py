@@ -23,7 +23,7 @@ Rules kept here:
 ACL facts carried over from Kafka's KafkaApis / ControllerApis: cluster-wide APIs need
 one operation on the CLUSTER resource (ALTER for operator writes, DESCRIBE for reads,
 CLUSTER_ACTION for the inter-node RPCs; UnregisterBroker ALTER, an operator's action in
-Kafka); APIs that name topics or config resources are authorized per item in their
+Kafka; client quotas DESCRIBE_CONFIGS / ALTER_CONFIGS, as for the cluster's configs); APIs that name topics or config resources are authorized per item in their
 handlers; ApiVersions and the SASL exchange need nothing. Kafka's controllers refuse
 DescribeCluster without DESCRIBE on CLUSTER, its brokers answer it and report no
 authorized operations instead (`on_brokers=False`).
@@ -45,15 +45,19 @@ from protocol.registry import API_MESSAGES
 from protocol.schema import Message, Versions
 from server.controller.features import metadata_version_from_level
 from server.handlers import (
+    alter_client_quotas,
+    alter_configs,
     alter_user_scram_credentials,
     api_versions,
     broker_heartbeat,
     broker_registration,
     create_acls,
+    create_partitions,
     create_topics,
     delete_acls,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_migration,
@@ -71,6 +75,7 @@ from server.handlers import (
     update_metadata,
 )
 from server.raft import rpc
+from server.authorization import AclOperation
 from server.security.api_rules import ALTER, CLUSTER_ACTION, DESCRIBE, NOTHING, PER_ITEM, ApiRule
 from server.zkbroker import metadata as zk_metadata
 
@@ -227,7 +232,14 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_TOPICS, 0, 6, delete_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_delete_topics_errors, notes="By name or topic id."),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, 0, 4, describe_configs.handle, describe_configs.handle, rule=PER_ITEM,
-            notes="Topic and broker configs from the image."),
+            notes="Topic configs from the image; the answering node's own broker configs with Kafka's sources "
+                  "and synonyms, other brokers' dynamic configs; its loggers (BROKER_LOGGER)."),
+    ApiSpec(ApiKey.CREATE_PARTITIONS, 0, 3, create_partitions.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
+            error_builder=_without_version(create_partitions.error_response),
+            notes="Increase only; explicit assignments or CreateTopics' placement; validate-only."),
+    ApiSpec(ApiKey.ALTER_CONFIGS, 0, 2, alter_configs.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
+            error_builder=_without_version(alter_configs.error_response),
+            notes="Replaces a topic's or broker's whole set of dynamic configs; validate-only."),
     ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1, incremental_alter_configs.handle, FORWARD, kind=_ASYNC,
             rule=PER_ITEM, error_builder=_without_version(incremental_alter_configs.error_response),
             notes="Topic and broker configs; validate-only."),
@@ -258,6 +270,15 @@ _SPECS = (
     ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle,
             describe_user_scram_credentials.handle, rule=ApiRule(DESCRIBE),
             notes="SCRAM users in the metadata log (brokers: from their image)."),
+    ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_client_quotas.handle, describe_client_quotas.handle,
+            rule=ApiRule(AclOperation.DESCRIBE_CONFIGS),
+            error_builder=_without_version(describe_client_quotas.error_response),
+            notes="Client quotas in the metadata log (brokers: from their image); Kafka's filter matching "
+                  "(exact, default, any; strict)."),
+    ApiSpec(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1, alter_client_quotas.handle, FORWARD, kind=_ASYNC,
+            rule=ApiRule(AclOperation.ALTER_CONFIGS),
+            error_builder=_without_version(alter_client_quotas.error_response),
+            notes="ClientQuotaRecords for user, client-id and ip entities with Kafka's validation; validate-only."),
     ApiSpec(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0, alter_user_scram_credentials.handle, FORWARD,
             kind=_ASYNC, rule=ApiRule(ALTER),
             error_builder=_without_version(alter_user_scram_credentials.error_response),

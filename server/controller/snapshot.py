@@ -26,7 +26,8 @@ Rules kept here:
   (when not NONE), then per topic (by name) its
   TopicRecord and PartitionRecords (by index), then the ConfigRecords (by
   resource and name), the UserScramCredentialRecords (by user and mechanism),
-  the AccessControlEntryRecords (by id), and a KRaftVersion control record (when kraft.version > 0)
+  the AccessControlEntryRecords (by id), the ClientQuotaRecords (by entity and
+  key), and a KRaftVersion control record (when kraft.version > 0)
   in the highest free offsets up to the last applied offset, so the last record
   replayed lands on it; a NoOpRecord there when nothing else does. Every item of
   the image came from a record at an offset of its own, so they always fit.
@@ -158,6 +159,7 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
                                 version=0), None))
     floating.extend((item, None) for item in topic_and_config_records(state))
     floating.extend((item, None) for item in security_records(state))
+    floating.extend((item, None) for item in client_quota_records(state))
     if state.kraft_version > 0:
         floating.append((None, state.kraft_version))
     if not floating and last_offset not in pinned:
@@ -236,6 +238,24 @@ def security_records(state: ControllerState) -> list[MetadataRecord]:
             "pattern_type": acl.pattern_type, "principal": acl.principal, "host": acl.host,
             "operation": acl.operation, "permission_type": acl.permission_type}, version=0))
     return records
+
+
+def client_quota_records(state: ControllerState) -> list[MetadataRecord]:
+    """One ClientQuotaRecord per quota key of every entity (entities and keys sorted)."""
+    records: list[MetadataRecord] = []
+    quotas = state.client_quotas()
+    for entity in sorted(quotas, key=_entity_sort_key):
+        values = quotas[entity]
+        for key in sorted(values):
+            records.append(record(mr.CLIENT_QUOTA_RECORD, {
+                "entity": [{"entity_type": entity_type, "entity_name": name} for entity_type, name in entity],
+                "key": key, "value": values[key], "remove": False}, version=0))
+    return records
+
+
+def _entity_sort_key(entity) -> tuple:
+    # A default (None) name sorts before every named one of the same type.
+    return tuple((entity_type, name is not None, name or "") for entity_type, name in entity)
 
 
 def _feature_level_record(name: str, level: int) -> MetadataRecord:

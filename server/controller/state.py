@@ -2,7 +2,7 @@
 
 Owns: `ControllerState` (finalized features, their epoch, broker registrations,
 topics with their partitions, configs, the ZK migration state, SCRAM credentials,
-ACLs, the open metadata transaction), the typed
+ACLs, client quotas, the open metadata transaction), the typed
 registration / topic / partition values, and the volatile `BrokerHeartbeatTracker`.
 
 Rules kept here:
@@ -51,6 +51,17 @@ from server.controller.features import (
 
 # metadata.version 3.5-IV2: the first level whose log can hold SCRAM credentials.
 SCRAM_IN_METADATA_LEVEL = 11
+
+
+# A client quota entity: (entity type, entity name or None for the default) pairs, sorted
+# by type ("client-id", "ip", "user"); Kafka keys its quota image by the same map.
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+
+
+def quota_entity(pairs) -> QuotaEntity:
+    """The entity of (type, name) pairs; a type named twice keeps its last name, as
+    Kafka builds the entity map from a request or record."""
+    return tuple(sorted(dict(pairs).items()))
 
 
 class ReplayError(Exception):
@@ -190,6 +201,10 @@ class _Image:
     # ACL set at a given stamp is always the same, so the authorizer rebuilds its index
     # only when this moves (an aborted transaction moves it back with the ACLs).
     acls_changed_offset: Offset = -1
+    # Client quotas (ClientQuotaRecord): entity -> {quota key: value}. An entity is its
+    # (entity type, name or None for the default) pairs sorted by type; one with no keys
+    # left is dropped, as Kafka's image does.
+    quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
 
     def copy(self) -> "_Image":
         return _Image(
@@ -202,6 +217,7 @@ class _Image:
             dict(self.scram),
             dict(self.acls),
             self.acls_changed_offset,
+            {entity: dict(values) for entity, values in self.quotas.items()},
         )
 
 
@@ -323,6 +339,11 @@ class ControllerState:
         """Every ACL by id."""
         return MappingProxyType(self._image.acls)
 
+    def client_quotas(self) -> Mapping[QuotaEntity, Mapping[str, float]]:
+        """Every client quota entity with its {quota key: value}, in replay order."""
+        return MappingProxyType({entity: MappingProxyType(dict(values))
+                                 for entity, values in self._image.quotas.items()})
+
     @property
     def acls_changed_offset(self) -> Offset:
         """The offset of the last ACL record applied (-1: none): a cheap change stamp."""
@@ -348,6 +369,7 @@ class ControllerState:
             "zk_migration_state": self._image.zk_migration_state,
             "scram": dict(self._image.scram),
             "acls": dict(self._image.acls),
+            "quotas": {entity: dict(values) for entity, values in self._image.quotas.items()},
             "last_applied_offset": self._last_applied_offset,
             "transaction_start": self._transaction_start,
         }
@@ -370,7 +392,7 @@ class ControllerState:
             raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
         handler = _HANDLERS.get(record.message.api_key)
         if handler is None:
-            # Records we do not model (partition changes, ACLs, quotas, ...) still
+            # Records we do not model (partition changes, delegation tokens, ...) still
             # advance the offset: the image is "as of" that offset even if it ignores them.
             self._last_applied_offset = offset
             return
@@ -638,6 +660,18 @@ class ControllerState:
         del self._image.acls[acl_id]
         self._image.acls_changed_offset = offset
 
+    def _replay_client_quota(self, data: Any, offset: int) -> None:
+        entity = quota_entity((_get(e, "entity_type"), _get(e, "entity_name")) for e in _get(data, "entity", ()))
+        key = _get(data, "key")
+        if _get(data, "remove"):
+            values = self._image.quotas.get(entity)
+            if values is not None:
+                values.pop(key, None)
+                if not values:
+                    del self._image.quotas[entity]
+            return
+        self._image.quotas.setdefault(entity, {})[key] = float(_get(data, "value"))
+
     def _replay_end_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is None:
             raise ReplayError(f"EndTransactionRecord at {offset} without an open transaction")
@@ -672,6 +706,7 @@ _HANDLERS = {
     mr.REMOVE_USER_SCRAM_CREDENTIAL_RECORD.api_key: ControllerState._replay_remove_user_scram_credential,
     mr.ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_access_control_entry,
     mr.REMOVE_ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_remove_access_control_entry,
+    mr.CLIENT_QUOTA_RECORD.api_key: ControllerState._replay_client_quota,
 }
 
 

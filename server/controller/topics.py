@@ -1,10 +1,12 @@
-"""Pure topic and config commands: CreateTopics, DeleteTopics, IncrementalAlterConfigs,
-DescribeConfigs, and replica placement.
+"""Pure topic and config commands: CreateTopics, DeleteTopics, CreatePartitions,
+AlterConfigs, IncrementalAlterConfigs, DescribeConfigs, and replica placement.
 
 Owns: `TopicDefaults`, `place_replicas`, the topic config catalogue (`TOPIC_CONFIGS`:
 Kafka's topic-level configs with their types and defaults), and one function per API:
-`create_topics`, `delete_topics`, `incremental_alter_configs` (writes) and
-`describe_configs` (a read of the committed image).
+`create_topics`, `delete_topics`, `create_partitions`, `alter_configs`,
+`incremental_alter_configs` (writes) and `describe_configs` (a read of the committed
+image, plus the answering node's own broker configs and loggers: `NodeConfigView`,
+`BROKER_CONFIGS`).
 
 Rules kept here:
 - Same contract as `commands.py`: `(state, decoded request, ...) -> ControllerResult`;
@@ -27,7 +29,9 @@ Differences from Kafka, on purpose:
   any name may be set on a broker resource, so configs copied from ZooKeeper always fit.
 - There is no `create.topic.policy`, no `delete.topic.enable=false` and no quota.
 - DescribeConfigs lists the topic catalogue with Kafka's defaults (source DEFAULT_CONFIG)
-  but not the broker-level synonyms; a broker resource lists only dynamic configs.
+  but not the broker-level synonyms; the answering node's own broker resource lists the
+  keys of `BROKER_CONFIGS` and its properties, other brokers only their dynamic configs
+  (Kafka refuses other ids).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import re
 import uuid
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Callable, Mapping
@@ -68,7 +73,9 @@ class TopicErrorCode(IntEnum):
 SOURCE_DYNAMIC_TOPIC_CONFIG = 1
 SOURCE_DYNAMIC_BROKER_CONFIG = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+SOURCE_STATIC_BROKER_CONFIG = 4
 SOURCE_DEFAULT_CONFIG = 5
+SOURCE_DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 # IncrementalAlterConfigs ConfigOperation (KIP-339).
 OP_SET = 0
@@ -252,12 +259,12 @@ def _default_directory(state: ControllerState, broker_id: int) -> uuid.UUID:
 
 
 def _partition_records(state: ControllerState, topic_id: uuid.UUID,
-                       assignments: list[list[int]]) -> list[MetadataRecord]:
+                       assignments: list[list[int]], first_index: int = 0) -> list[MetadataRecord]:
     mv = state.metadata_version or 0
     with_directories = ft.directory_assignment_supported(mv)
     usable = set(usable_brokers(state))
     records = []
-    for index, replicas in enumerate(assignments):
+    for index, replicas in enumerate(assignments, start=first_index):
         isr = [b for b in replicas if b in usable]
         data = {
             "partition_id": index,
@@ -417,26 +424,32 @@ def _manual_assignments(state: ControllerState, requested: list) -> tuple[list[l
         by_index[index] = list(_field(entry, "broker_ids", []))
     if sorted(by_index) != list(range(len(by_index))):
         return [], "Partitions should be numbered 0 through N-1, where N is the number of partitions."
-    usable = set(usable_brokers(state))
     assignments = [by_index[index] for index in range(len(by_index))]
-    for index, replicas in enumerate(assignments):
+    error = _replica_lists_error(state, assignments, 0)
+    return ([], error) if error is not None else (assignments, None)
+
+
+def _replica_lists_error(state: ControllerState, assignments: list[list[int]], first_index: int) -> str | None:
+    """Kafka's checks of manual replica lists (numbered from `first_index`), or None."""
+    usable = set(usable_brokers(state))
+    for index, replicas in enumerate(assignments, start=first_index):
         if not replicas:
-            return [], f"The manual partition assignment includes an empty replica list for partition {index}."
+            return f"The manual partition assignment includes an empty replica list for partition {index}."
         seen: set[int] = set()
         for broker_id in replicas:
             if broker_id in seen:
-                return [], (f"The manual partition assignment includes the broker {broker_id} more than "
-                            f"once for partition {index}.")
+                return (f"The manual partition assignment includes the broker {broker_id} more than "
+                        f"once for partition {index}.")
             seen.add(broker_id)
             if state.broker(broker_id) is None:
-                return [], (f"The manual partition assignment includes broker {broker_id}, but no such "
-                            "broker is registered.")
+                return (f"The manual partition assignment includes broker {broker_id}, but no such "
+                        "broker is registered.")
         if not any(b in usable for b in replicas):
-            return [], (f"All brokers specified in the manual partition assignment for partition {index} "
-                        "are fenced or in controlled shutdown.")
+            return (f"All brokers specified in the manual partition assignment for partition {index} "
+                    "are fenced or in controlled shutdown.")
         if len(replicas) != len(assignments[0]):
-            return [], "All partitions in the manual partition assignment must have the same number of replicas."
-    return assignments, None
+            return "All partitions in the manual partition assignment must have the same number of replicas."
+    return None
 
 
 def _config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> MetadataRecord:
@@ -496,6 +509,87 @@ def delete_topics(state: ControllerState, request: Any, api_version: int) -> Con
             results.append({"name": name if api_version >= 6 else (name or ""), "topic_id": topic_id,
                             "error_code": int(code), "error_message": message})
     return ControllerResult(records, {"throttle_time_ms": 0, "responses": results}, atomic=True)
+
+
+# ---------------------------------------------------------------------------
+# CreatePartitions (API 37, v0-3)
+# ---------------------------------------------------------------------------
+
+
+def _partitions_error(name: str, code: int, message: str) -> dict[str, Any]:
+    return {"name": name, "error_code": int(code), "error_message": message}
+
+
+def _create_partitions_one(state: ControllerState, topic: Any, name: str,
+                           brokers: list[int]) -> tuple[int, str | None, list[MetadataRecord]]:
+    image = state.topic(name)
+    if image is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.", []
+    current = len(image.partitions)
+    count = _field(topic, "count", 0)
+    if count < current:
+        return (TopicErrorCode.INVALID_PARTITIONS,
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.", [])
+    if count == current:
+        return TopicErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).", []
+    additional = count - current
+    # New partitions keep the topic's replication factor (that of its first partition).
+    first = image.partitions.get(0)
+    replication_factor = len(first.replicas) if first is not None else 1
+    requested = topic.get("assignments") if hasattr(topic, "get") else getattr(topic, "assignments", None)
+    if requested is not None:
+        if len(requested) != additional:
+            return (TopicErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"Attempted to add {additional} additional partition(s), but only {len(requested)} "
+                    "assignment(s) were specified.", [])
+        assignments = [list(_field(entry, "broker_ids", [])) for entry in requested]
+        for replicas in assignments:
+            if replicas and len(replicas) != replication_factor:
+                return (TopicErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"The manual partition assignment includes a partition with {len(replicas)} "
+                        f"replica(s), but this is not consistent with previous partitions, which have "
+                        f"{replication_factor} replica(s).", [])
+        error = _replica_lists_error(state, assignments, current)
+        if error is not None:
+            return TopicErrorCode.INVALID_REPLICA_ASSIGNMENT, error, []
+    else:
+        if replication_factor > len(brokers):
+            return (TopicErrorCode.INVALID_REPLICATION_FACTOR,
+                    f"Unable to replicate the partition {replication_factor} time(s): The target "
+                    f"replication factor of {replication_factor} cannot be reached because only "
+                    f"{len(brokers)} broker(s) are registered.", [])
+        # The same round robin CreateTopics uses, continued from the existing partitions.
+        assignments = place_replicas(name, count, replication_factor, brokers)[current:]
+    return 0, None, _partition_records(state, image.topic_id, assignments, first_index=current)
+
+
+def create_partitions(state: ControllerState, request: Any, api_version: int) -> ControllerResult:
+    """CreatePartitions v0-3 (Kafka's ReplicationControlManager.createPartitions): raise
+    a topic's partition count. Per topic: named twice (INVALID_REQUEST), unknown
+    (UNKNOWN_TOPIC_OR_PARTITION), no increase (INVALID_PARTITIONS), explicit
+    assignments of the wrong number, brokers or size (INVALID_REPLICA_ASSIGNMENT), too
+    few usable brokers (INVALID_REPLICATION_FACTOR). The new partitions keep the
+    topic's replication factor and are placed as CreateTopics places them; each topic
+    passes or fails alone, ValidateOnly writes nothing."""
+    validate_only = bool(_field(request, "validate_only", False))
+    topics = list(_field(request, "topics", []))
+    counts = Counter(_field(topic, "name", "") for topic in topics)
+    brokers = usable_brokers(state)
+    records: list[MetadataRecord] = []
+    results: list[dict[str, Any]] = []
+    reported: set[str] = set()
+    for topic in topics:
+        name = _field(topic, "name", "")
+        if counts[name] > 1:
+            if name not in reported:
+                reported.add(name)
+                results.append(_partitions_error(name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        code, message, topic_records = _create_partitions_one(state, topic, name, brokers)
+        results.append(_partitions_error(name, code, message))
+        records.extend(topic_records)
+    return ControllerResult([] if validate_only else records, {"throttle_time_ms": 0, "results": results},
+                            atomic=True)
 
 
 # ---------------------------------------------------------------------------
@@ -604,6 +698,64 @@ def incremental_alter_configs(state: ControllerState, request: Any, api_version:
 
 
 # ---------------------------------------------------------------------------
+# AlterConfigs (API 33, v0-2): the legacy whole-set replacement
+# ---------------------------------------------------------------------------
+
+
+def _replace_resource(state: ControllerState, resource: Any) -> tuple[list[MetadataRecord], tuple[int, str] | None]:
+    resource_type = _field(resource, "resource_type", 0)
+    resource_name = _field(resource, "resource_name", "")
+    error = _resource_error(state, resource_type, resource_name)
+    if error is not None:
+        return [], error
+    wanted: dict[str, str] = {}
+    seen: set[str] = set()
+    for entry in _field(resource, "configs", []):
+        key = _field(entry, "name", "")
+        value = entry.get("value") if hasattr(entry, "get") else getattr(entry, "value", None)
+        if key in seen:
+            return [], (ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+        seen.add(key)
+        if resource_type == RESOURCE_TOPIC:
+            error_text = _topic_config_error(key, value)
+            if error_text is not None:
+                return [], (TopicErrorCode.INVALID_CONFIG, error_text)
+        if value is not None:
+            # A broker key given without a value is simply not part of the new set.
+            wanted[key] = value
+    current = state.configs(resource_type, resource_name)
+    records = [_config_record(resource_type, resource_name, key, wanted.get(key))
+               for key in sorted(set(current) | set(wanted)) if current.get(key) != wanted.get(key)]
+    return records, None
+
+
+def alter_configs(state: ControllerState, request: Any, api_version: int) -> ControllerResult:
+    """AlterConfigs v0-2 (Kafka's ConfigurationControlManager.legacyAlterConfigs) for
+    TOPIC (2) and BROKER (4) resources: the given keys become the resource's whole set
+    of dynamic configs, every key not given is removed (a null-valued ConfigRecord).
+    Topic keys are checked as IncrementalAlterConfigs checks them; a resource named
+    twice is INVALID_REQUEST; each resource passes or fails alone; ValidateOnly writes
+    nothing."""
+    validate_only = bool(_field(request, "validate_only", False))
+    resources = list(_field(request, "resources", []))
+    counts = Counter((_field(r, "resource_type", 0), _field(r, "resource_name", "")) for r in resources)
+    records: list[MetadataRecord] = []
+    results = []
+    for resource in resources:
+        key = (_field(resource, "resource_type", 0), _field(resource, "resource_name", ""))
+        if counts[key] > 1:
+            resource_records, error = [], (ErrorCode.INVALID_REQUEST, "Duplicate resource.")
+        else:
+            resource_records, error = _replace_resource(state, resource)
+        code, message = error if error is not None else (0, None)
+        results.append({"error_code": int(code), "error_message": message, "resource_type": key[0],
+                        "resource_name": key[1]})
+        records.extend(resource_records)
+    return ControllerResult([] if validate_only else records, {"throttle_time_ms": 0, "responses": results},
+                            atomic=True)
+
+
+# ---------------------------------------------------------------------------
 # DescribeConfigs (API 32, v0-4): a read of the committed image
 # ---------------------------------------------------------------------------
 
@@ -633,6 +785,105 @@ def _describe_topic(state: ControllerState, name: str, include_synonyms: bool) -
     return entries
 
 
+# Broker configs kraftwerk reads from its own properties (or uses, like num.partitions),
+# with Kafka's type, Kafka's default (None: no default) and whether Kafka can change the
+# key dynamically (DescribeConfigs ReadOnly is its negation).
+BROKER_CONFIGS: Mapping[str, tuple[ConfigType, str | None, bool]] = {
+    "advertised.listeners": (ConfigType.STRING, None, True),
+    "broker.heartbeat.interval.ms": (ConfigType.INT, "2000", False),
+    "broker.rack": (ConfigType.STRING, None, False),
+    "broker.session.timeout.ms": (ConfigType.INT, "9000", False),
+    "connections.max.idle.ms": (ConfigType.LONG, "600000", False),
+    "controller.listener.names": (ConfigType.STRING, None, False),
+    "controller.quorum.election.timeout.ms": (ConfigType.INT, "1000", False),
+    "controller.quorum.fetch.timeout.ms": (ConfigType.INT, "2000", False),
+    "controller.quorum.voters": (ConfigType.LIST, "", False),
+    "default.replication.factor": (ConfigType.INT, "1", False),
+    "inter.broker.listener.name": (ConfigType.STRING, None, False),
+    "listener.security.protocol.map": (
+        ConfigType.STRING, "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", True),
+    "listeners": (ConfigType.LIST, "PLAINTEXT://:9092", True),
+    "log.dirs": (ConfigType.STRING, None, False),
+    "max.connections": (ConfigType.INT, "2147483647", True),
+    "max.connections.per.ip": (ConfigType.INT, "2147483647", True),
+    "max.connections.per.ip.overrides": (ConfigType.STRING, "", True),
+    "metadata.log.dir": (ConfigType.STRING, None, False),
+    "metadata.log.max.record.bytes.between.snapshots": (ConfigType.LONG, "20971520", False),
+    "node.id": (ConfigType.INT, None, False),
+    "num.partitions": (ConfigType.INT, "1", False),
+    "process.roles": (ConfigType.LIST, None, False),
+    "queued.max.request.bytes": (ConfigType.LONG, "-1", False),
+    "sasl.mechanism.controller.protocol": (ConfigType.STRING, "GSSAPI", False),
+    "socket.request.max.bytes": (ConfigType.INT, "104857600", False),
+    "unstable.feature.versions.enable": (ConfigType.BOOLEAN, "false", False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfigView:
+    """What DescribeConfigs may say about the node answering it: its id, the broker
+    configs its operator set in its properties (`static`, key -> value as given) and its
+    loggers with their levels (BROKER_LOGGER)."""
+
+    node_id: int
+    static: Mapping[str, str]
+    loggers: Mapping[str, str]
+
+
+def _sensitive(key: str) -> bool:
+    # Kafka's PASSWORD-typed keys; a JAAS config carries secrets too.
+    return "password" in key or key.endswith("sasl.jaas.config")
+
+
+def _describe_own_broker(state: ControllerState, node: NodeConfigView,
+                         include_synonyms: bool) -> list[dict[str, Any]]:
+    """This node's BROKER resource as Kafka's broker answers it: every key it knows,
+    valued by precedence dynamic per-broker > dynamic cluster default > static > default."""
+    own = state.configs(RESOURCE_BROKER, str(node.node_id))
+    cluster_default = state.configs(RESOURCE_BROKER, "")
+    entries = []
+    for key in sorted(set(BROKER_CONFIGS) | set(node.static) | set(own) | set(cluster_default)):
+        config_type, default, dynamic = BROKER_CONFIGS.get(key, (ConfigType.UNKNOWN, None, True))
+        layers = [(own, SOURCE_DYNAMIC_BROKER_CONFIG), (cluster_default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+                  (node.static, SOURCE_STATIC_BROKER_CONFIG)]
+        synonyms = [{"name": key, "value": values[key], "source": source}
+                    for values, source in layers if key in values]
+        if key in BROKER_CONFIGS:
+            synonyms.append({"name": key, "value": default, "source": SOURCE_DEFAULT_CONFIG})
+        value, source = synonyms[0]["value"], synonyms[0]["source"]
+        sensitive = _sensitive(key)
+        if sensitive:
+            value = None
+            synonyms = [{**synonym, "value": None} for synonym in synonyms]
+        # A key only the operator's properties name (kraftwerk does not model it) is not
+        # something Kafka would let a client change at run time unless it was set dynamically.
+        read_only = not dynamic or (key not in BROKER_CONFIGS and key not in own and key not in cluster_default)
+        entry = _described(key, value, source, config_type, synonyms, include_synonyms)
+        entry["read_only"] = read_only
+        entry["is_sensitive"] = sensitive
+        entries.append(entry)
+    return entries
+
+
+def _describe_loggers(node: NodeConfigView) -> list[dict[str, Any]]:
+    return [{"name": name, "value": level, "read_only": False, "is_default": False,
+             "config_source": SOURCE_DYNAMIC_BROKER_LOGGER_CONFIG, "is_sensitive": False, "synonyms": [],
+             "config_type": int(ConfigType.STRING), "documentation": None}
+            for name, level in sorted(node.loggers.items())]
+
+
+def _node_resource_error(node: NodeConfigView, resource_type: int, resource_name: str) -> tuple[int, str] | None:
+    """Kafka's broker-side checks of a BROKER_LOGGER resource name."""
+    if resource_type != RESOURCE_BROKER_LOGGER:
+        return None
+    if resource_name == "":
+        return ErrorCode.INVALID_REQUEST, "Broker id must not be empty"
+    if resource_name != str(node.node_id):
+        return (ErrorCode.INVALID_REQUEST,
+                f"Unexpected broker id, expected {node.node_id} but received {resource_name}")
+    return None
+
+
 def _describe_broker(state: ControllerState, name: str, include_synonyms: bool) -> list[dict[str, Any]]:
     cluster_default = state.configs(RESOURCE_BROKER, "")
     own = state.configs(RESOURCE_BROKER, name) if name != "" else {}
@@ -650,18 +901,25 @@ def _describe_broker(state: ControllerState, name: str, include_synonyms: bool) 
     return entries
 
 
-def describe_configs(state: ControllerState, request: Any, api_version: int) -> dict[str, Any]:
+def describe_configs(state: ControllerState, request: Any, api_version: int,
+                     node: NodeConfigView | None = None) -> dict[str, Any]:
     """DescribeConfigs v0-4 from the image: a TOPIC lists Kafka's topic configs (set ones
-    as DYNAMIC_TOPIC_CONFIG, the rest at their defaults) plus any other key set on it; a
-    BROKER lists its dynamic configs and the cluster-wide dynamic defaults. A non-null
-    ConfigurationKeys keeps only those keys."""
+    as DYNAMIC_TOPIC_CONFIG, the rest at their defaults) plus any other key set on it.
+    The answering node's own BROKER resource (`node`) lists every broker key it knows
+    with Kafka's sources (dynamic, dynamic default, static, default) and synonyms; any
+    other broker id, or "" (the cluster default), lists the dynamic configs the image
+    holds for it. BROKER_LOGGER names the answering node: its loggers and levels. A
+    non-null ConfigurationKeys keeps only those keys."""
     include_synonyms = bool(_field(request, "include_synonyms", False)) if api_version >= 1 else False
     results = []
     for resource in _field(request, "resources", []):
         resource_type = _field(resource, "resource_type", 0)
         resource_name = _field(resource, "resource_name", "")
         keys = resource.get("configuration_keys") if hasattr(resource, "get") else None
-        error = _resource_error(state, resource_type, resource_name)
+        if node is not None and resource_type == RESOURCE_BROKER_LOGGER:
+            error = _node_resource_error(node, resource_type, resource_name)
+        else:
+            error = _resource_error(state, resource_type, resource_name)
         result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource_type,
                                   "resource_name": resource_name, "configs": []}
         if error is not None:
@@ -669,6 +927,10 @@ def describe_configs(state: ControllerState, request: Any, api_version: int) -> 
         else:
             if resource_type == RESOURCE_TOPIC:
                 entries = _describe_topic(state, resource_name, include_synonyms)
+            elif resource_type == RESOURCE_BROKER_LOGGER and node is not None:
+                entries = _describe_loggers(node)
+            elif node is not None and resource_name == str(node.node_id):
+                entries = _describe_own_broker(state, node, include_synonyms)
             else:
                 entries = _describe_broker(state, resource_name, include_synonyms)
             if keys is not None:

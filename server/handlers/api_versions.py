@@ -6,6 +6,13 @@ SupportedFeatures, FinalizedFeaturesEpoch and FinalizedFeatures as tagged
 fields. KIP-778: the API versions listed are those the finalized
 metadata.version allows (server/gating.py), so they change with it. The encoded body is cached per (version, finalized epoch) because it
 only changes when features change, and ApiVersions is the hottest request.
+
+The connection remembers the ranges it was told (`Connection.remember_advertised`):
+after a metadata.version change the dispatcher answers a request inside them that
+the new level gates away with UNSUPPORTED_VERSION instead of closing, and the node
+closes only connections whose answer went stale. A client naming kraftwerk's node
+software (the peers of server/net/peer.py) asks again on its own after a change,
+so its connection is never closed for it.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import re
 
 from protocol.errors import ErrorCode
 from server.api.context import FeatureViews, NodeServices
+from server.net.peer import SOFTWARE_NAME as NODE_SOFTWARE_NAME
 
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -31,6 +39,10 @@ def handle(ctx, request):
                 "api_keys": [{"api_key": 18, "min_version": api.min_version, "max_version": api.max_version}],
             }
         ctx.connection.client_software = (name, software_version)
+        ctx.connection.renegotiates = name == NODE_SOFTWARE_NAME
+    # Read together with the body (a sync handler: no level change in between), so the
+    # connection remembers exactly the ranges this answer lists.
+    ctx.connection.remember_advertised(services.advertised_ranges())
     return services.api_versions_body(version)
 
 

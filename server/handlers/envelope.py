@@ -9,8 +9,14 @@ handler's ApiError becomes the inner API's own error response. The inner respons
 
 Envelope-level errors (Kafka's): INVALID_REQUEST for an API brokers do not forward (the
 API catalog, server/api/catalog.py, says which they do),
-a version this controller does not serve, or an inner request that does not decode;
-PRINCIPAL_DESERIALIZATION_FAILURE when the principal or address does not decode.
+a version this controller's software does not serve, or an inner request that does not
+decode; PRINCIPAL_DESERIALIZATION_FAILURE when the principal or address does not decode.
+
+A version the software serves but the finalized metadata.version gates away (KIP-778)
+reaches here from a broker that has not replayed the change yet, on behalf of a client
+that broker's ApiVersions offered it to: it is answered as the dispatcher answers a
+direct client told that version earlier — UNSUPPORTED_VERSION in the inner API's own
+response, so the client sees its API's error rather than an Envelope failure.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from server.security.envelope import EnvelopeError, address_text, deserialize_pr
 log = get_logger("net")
 
 PRINCIPAL_DESERIALIZATION_FAILURE = 97
+
+
+def _gated_message(name: str, version: int) -> str:
+    # Not server/gating.py's wording (it names the level needed): gating reads the API
+    # catalog, which imports this handler.
+    return (f"{name} v{version} is not allowed at the cluster's finalized metadata.version (the forwarding "
+            "broker had not applied the change yet); ask ApiVersions again and use a version it lists")
 
 
 def _error(code: int) -> dict:
@@ -49,13 +62,13 @@ async def handle(ctx, request):
     except DecodeError:
         return _error(ErrorCode.INVALID_REQUEST)
     api = services.served_apis.get(api_key)
-    allowed = services.advertised_ranges().get(api_key)
     # Forwardable: brokers relay it to the active controller (its catalog entry).
-    if (api is None or not api.forwardable or allowed is None
-            or not allowed[0] <= version <= allowed[1] or not api.min_version <= version <= api.max_version):
+    if api is None or not api.forwardable or not api.min_version <= version <= api.max_version:
         log.warning(Event.UNSUPPORTED_VERSION, connection=ctx.connection.connection_id, api=api_name(api_key),
                     api_version=version, forwarded_by=str(ctx.principal), reason="not forwardable here")
         return _error(ErrorCode.INVALID_REQUEST)
+    allowed = services.advertised_ranges().get(api_key)
+    gated = allowed is None or not allowed[0] <= version <= allowed[1]
     stream = BytesIO(frame)
     try:
         header = REQUEST_HEADER.decode(api.request_header_version(version), stream)
@@ -69,8 +82,15 @@ async def handle(ctx, request):
     inner_ctx.client_host = client_host
     inner_ctx.forwarded_by = ctx.principal
     body = None
+    if gated:
+        # The broker's image is behind this controller's: it offered the client a version
+        # the new metadata.version gates away.
+        log.info(Event.GATED_VERSION, connection=ctx.connection.connection_id, api=api.name, api_version=version,
+                 allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
+                 forwarded_by=str(ctx.principal), outcome="unsupported_version")
+        body = api.error_response(inner, version, ErrorCode.UNSUPPORTED_VERSION, _gated_message(api.name, version))
     authorizer = services.authorizer
-    if authorizer is not None:
+    if body is None and authorizer is not None:
         body = authorizer.check_request(inner_ctx, api, inner)
     if body is None:
         try:

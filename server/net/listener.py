@@ -25,6 +25,12 @@ Rules kept here:
   read while it cannot be (Kafka mutes the channel); an async request unanswered
   after `kraftwerk.request.timeout.ms` closes its connection (the handlers' error
   shapes differ per API, so kraftwerk does not invent a response).
+- A graceful close (`Connection.close`, `ConnectionRegistry.close_stale`) never drops
+  a frame it has read: the connection keeps serving until no request is between
+  "read" and "written" and no byte of a frame is buffered, and ends at that moment.
+- Each connection remembers the API version ranges ApiVersions told it
+  (`Connection.advertised`): what the dispatcher judges its requests by after a
+  metadata.version change, and what decides whether the change closes it.
 """
 
 from __future__ import annotations
@@ -74,9 +80,15 @@ class PendingResponse:
         self.event.set()
 
 
+# Why a graceful close was asked for (Connection.close_reason).
+CLOSE_REQUESTED = "requested"
+CLOSE_STALE_API_VERSIONS = "stale_api_versions"
+
+
 class Connection:
-    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope", "closing", "in_flight",
-                 "max_in_flight", "principal", "listener_name", "security_protocol", "sasl")
+    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope", "closing", "close_reason",
+                 "in_flight", "max_in_flight", "principal", "listener_name", "security_protocol", "sasl",
+                 "advertised", "renegotiates", "decoder")
 
     def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream, *,
                  listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
@@ -93,12 +105,23 @@ class Connection:
         self.sasl = None
         # (name, version) from ApiVersions v3+, for logs.
         self.client_software: tuple[str, str] | None = None
+        # The {api_key: (min, max)} the last successful ApiVersions on this connection
+        # listed; None until the client asked. A request inside these ranges that a later
+        # metadata.version change gated away is answered UNSUPPORTED_VERSION, not closed.
+        self.advertised: dict[int, tuple[int, int]] | None = None
+        # The client is a kraftwerk node (server/net/peer.py): it asks ApiVersions again
+        # on this live connection after a metadata.version change (KIP-778), so a change
+        # never closes it.
+        self.renegotiates = False
         # Set while the connection is served: cancelling it ends the connection.
         self.cancel_scope: trio.CancelScope | None = None
         # A graceful close was asked for: end once every request read so far is answered.
         self.closing = False
+        self.close_reason: str | None = None
         self.in_flight: trio.Semaphore | None = None
         self.max_in_flight = 0
+        # The reader's FrameDecoder: bytes of a frame in it are a request already read.
+        self.decoder: FrameDecoder | None = None
 
     @property
     def host(self) -> str:
@@ -112,16 +135,29 @@ class Connection:
 
     @property
     def idle(self) -> bool:
-        """No request is between "read" and "written"."""
-        return self.in_flight is None or self.in_flight.value == self.max_in_flight
+        """No request is between "read" and "written", and no part of one is buffered."""
+        if self.in_flight is not None and self.in_flight.value != self.max_in_flight:
+            return False
+        return self.decoder is None or self.decoder.buffered_bytes == 0
 
-    def close(self) -> None:
-        """Ends the connection gracefully: at once if no request is in flight, otherwise
-        right after the last answer is written. Requests that arrive meanwhile are not
-        served (the client sees the connection close and retries elsewhere or later)."""
+    def close(self, reason: str = CLOSE_REQUESTED) -> None:
+        """Ends the connection gracefully: at once if it is idle, otherwise at the first
+        moment it is. Requests read meanwhile are served like any other (a frame read is
+        never dropped unanswered); only a client that keeps requests in flight all the
+        time keeps the connection open."""
         self.closing = True
+        self.close_reason = reason
         if self.idle and self.cancel_scope is not None:
             self.cancel_scope.cancel()
+
+    def remember_advertised(self, ranges: dict[int, tuple[int, int]]) -> None:
+        """ApiVersions told this client `ranges` (kept by reference: the node replaces,
+        never mutates, its advertised table). A close pending because an earlier answer
+        went stale is called off: the client knows the current versions now."""
+        self.advertised = ranges
+        if self.closing and self.close_reason == CLOSE_STALE_API_VERSIONS:
+            self.closing = False
+            self.close_reason = None
 
     def close_if_done(self) -> None:
         if self.closing and self.idle and self.cancel_scope is not None:
@@ -129,30 +165,58 @@ class Connection:
 
 
 class ConnectionRegistry:
-    """The connections a listener is serving, so a node can close them all at once
-    (a broker does after a metadata.version change, so that clients reconnect and
-    see the new ApiVersions: KIP-778)."""
+    """The connections a node's listeners are serving, so a node can close those a
+    metadata.version change left with a stale ApiVersions answer (KIP-778: clients
+    reconnect and ask again)."""
 
     def __init__(self) -> None:
-        self._open: dict[int, Connection] = {}
+        # By identity, not connection id: each listener numbers its connections from 1,
+        # and one registry holds every listener's.
+        self._open: set[Connection] = set()
         self.closed_by_request = 0
 
     def __len__(self) -> int:
         return len(self._open)
 
     def add(self, conn: Connection) -> None:
-        self._open[conn.connection_id] = conn
+        self._open.add(conn)
 
     def discard(self, conn: Connection) -> None:
-        self._open.pop(conn.connection_id, None)
+        self._open.discard(conn)
 
     def close_all(self) -> int:
         """Closes every open connection gracefully (see Connection.close); returns how many."""
-        conns = list(self._open.values())
+        conns = list(self._open)
         for conn in conns:
             conn.close()
         self.closed_by_request += len(conns)
         return len(conns)
+
+    def close_stale(self, current: dict[int, tuple[int, int]]) -> int:
+        """After a metadata.version change: closes, gracefully, each connection whose
+        ApiVersions answer differs from `current` (the node's advertised ranges now);
+        returns how many it asked to close. Left open: connections that never asked
+        (they are judged by the current ranges anyway), whose answer is unchanged, or
+        whose client renegotiates on its own. A pending stale close whose connection is
+        current again (the level moved back) is called off."""
+        closed = called_off = 0
+        for conn in list(self._open):
+            told = conn.advertised
+            if told is None or conn.renegotiates:
+                continue
+            if told != current:
+                if not conn.closing:
+                    conn.close(CLOSE_STALE_API_VERSIONS)
+                    closed += 1
+            elif conn.closing and conn.close_reason == CLOSE_STALE_API_VERSIONS:
+                conn.closing = False
+                conn.close_reason = None
+                called_off += 1
+        self.closed_by_request += closed
+        if closed or called_off:
+            log.info(Event.STALE_CONNECTIONS_CLOSING, connections=closed, called_off=called_off,
+                     open_connections=len(self._open))
+        return closed
 
 
 class _Outbox:
@@ -269,11 +333,12 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
     stream = conn.stream
     reason = "eof"
 
-    async def write_directly(chunks: list[bytes]) -> None:
+    async def write_directly(chunks: list[bytes], may_close: bool = True) -> None:
         await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
         for _ in chunks:
             in_flight.release()
-        conn.close_if_done()
+        if may_close:
+            conn.close_if_done()
 
     def release_memory() -> None:
         nonlocal reserved
@@ -289,6 +354,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
 
     conn.in_flight = in_flight
     conn.max_in_flight = config.connection_max_in_flight_requests
+    conn.decoder = decoder
     async with trio.open_nursery() as nursery:
         conn.cancel_scope = nursery.cancel_scope
         if conn.closing:
@@ -357,15 +423,15 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                         if frame is None:
                             break
                         frame_started_now = True  # whatever remains is a new frame
-                        if conn.closing:
-                            release_memory()
-                            break
+                        # A closing connection still answers this frame: it has been read.
                         try:
                             try:
                                 in_flight.acquire_nowait()
                             except trio.WouldBlock:
                                 if ready:  # they hold tokens: write them before waiting for more
-                                    await write_directly(ready)
+                                    # The frame in hand is not in the decoder any more, so
+                                    # the connection may look idle: no graceful close here.
+                                    await write_directly(ready, may_close=False)
                                     ready = []
                                 await in_flight.acquire()
                                 frame_deadline = trio.current_time() + receive_timeout_s

@@ -116,6 +116,10 @@ class PeerConnection:
         # disconnects: the last thing we knew), None until first connected.
         self.supported_features: dict[str, tuple[int, int]] | None = None
         self.finalized_features: dict[str, int] = {}
+        # The FinalizedFeaturesEpoch of the last answer: the offset of the last metadata
+        # record the peer had replayed when it answered (-1: not told). It says whether an
+        # answer already reflects a record this node has replayed itself.
+        self.finalized_features_epoch = -1
         self.connects = 0  # successful connects, for tests and metrics
         self.negotiations = 0  # ApiVersions exchanges (connects and renegotiations)
         self._last_security_error: str | None = None
@@ -192,6 +196,7 @@ class PeerConnection:
         self.supported_features = {f.name: (f.min_version, f.max_version)
                                    for f in response.supported_features or ()}
         self.finalized_features = {f.name: f.max_version_level for f in response.finalized_features or ()}
+        self.finalized_features_epoch = response.finalized_features_epoch
         self.negotiations += 1
 
     async def renegotiate(self, timeout_s: float) -> bool:

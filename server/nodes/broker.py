@@ -10,8 +10,9 @@ image (features, brokers, controller) with the same `ControllerState.replay`
 as the controllers, the lifecycle task
 (server/broker/lifecycle.py) and the client listener — and what happens when
 the finalized metadata.version changes (KIP-778): renegotiate ApiVersions with
-the controllers, close client connections so clients reconnect and see the new
-versions, or stop when the new level cannot be run; and its Prometheus
+the controllers, close (once idle, every request read answered) the client
+connections whose ApiVersions answer went stale so those clients ask again
+(server/nodes/serving.py), or stop when the new level cannot be run; and its Prometheus
 endpoint when `kraftwerk.metrics.port` is set (MetadataType 3, the finalized
 features, Kafka's BrokerState, registered/fenced, the observer's Raft view).
 
@@ -49,7 +50,6 @@ from server.controller.features import METADATA_VERSION, find_metadata_version, 
 from server.controller.replayer import Replayer
 from server.dispatch import Dispatcher
 from server.gating import GATES
-from server.net.listener import ConnectionRegistry
 from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
@@ -67,6 +67,10 @@ from server.storage.meta_properties import parse_uuid_string
 log = get_logger("broker")
 
 RENEGOTIATE_TIMEOUT_S = 5.0
+# A controller that answered ApiVersions before replaying a change is asked again this
+# often, at most this many times (within RENEGOTIATE_TIMEOUT_S in all).
+RENEGOTIATE_RETRY_S = 0.05
+RENEGOTIATE_ATTEMPTS = 100
 FORWARD_TIMEOUT_S = 10.0
 METADATA_WAIT_S = 30.0
 
@@ -103,7 +107,6 @@ class BrokerNode(ServingNode, BrokerServices):
         self.port = config.listener.port
         # Every listener's bound port by listener name (one node may serve several listeners).
         self.bound_ports: dict[str, int] = {}
-        self.connections = ConnectionRegistry()
         self.raft_driver: RaftDriver | None = None
         self.replayer: Replayer | None = None
         self.metadata_log: MetadataLog | None = None
@@ -257,30 +260,40 @@ class BrokerNode(ServingNode, BrokerServices):
             self.lifecycle.fail("; ".join(reasons))
             return
         if self._nursery is not None:
-            self._nursery.start_soon(self._renegotiate, level)
-        if self.config.close_connections_on_metadata_version_change:
-            closed = self.connections.close_all()
+            self._nursery.start_soon(self._renegotiate, level, self.state.last_applied_offset)
+        closed = self.close_stale_connections()
+        if closed is not None:
             log.info(Event.BROKER_CLIENT_CONNECTIONS_CLOSED, broker_id=self.config.node_id, connections=closed,
                      metadata_version=_mv_text(level))
 
-    async def _renegotiate(self, level: int) -> None:
-        """KIP-778: learn the controllers' new API versions without reconnecting."""
+    async def _renegotiate(self, level: int, replayed_offset: int) -> None:
+        """KIP-778: learn the controllers' new API versions without reconnecting.
+
+        `replayed_offset` is the last record of this broker's image when it saw the change.
+        Each controller replays the committed log in a task of its own, so it may answer
+        ApiVersions before it has replayed the change this broker already has — with the old
+        gated ranges. An answer counts only once its FinalizedFeaturesEpoch (the answering
+        controller's last replayed offset) reaches `replayed_offset`; until then the
+        controller is asked again (bounded in count and time)."""
         driver = self.raft_driver
-        leader = driver.leader_id
-        ok = False
-        for voter in self.config.quorum_voters:
-            forward_peer = self._forward_peers.get(voter.node_id)
-            if forward_peer is not None:
-                await forward_peer.renegotiate(RENEGOTIATE_TIMEOUT_S)
-            peer = self.controller_peer(voter.node_id)
-            if peer is not None and await peer.renegotiate(RENEGOTIATE_TIMEOUT_S) and voter.node_id == leader:
-                ok = True
-                self.controller_api_versions = dict(peer.api_versions)
+        with trio.move_on_after(RENEGOTIATE_TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for voter in self.config.quorum_voters:
+                    for peer in (self._forward_peers.get(voter.node_id), self.controller_peer(voter.node_id)):
+                        if peer is not None:
+                            nursery.start_soon(self._renegotiate_peer, peer, level, replayed_offset)
         if self.state.metadata_version != level:
             return  # a newer change is on its way; it renegotiates again
+        # The leader now, not when the change was seen: every voter was asked, and a new
+        # leader elected meanwhile is the one the lifecycle talks to.
+        leader = driver.leader_id
+        peer = self.controller_peer(leader)
+        # Current also when the answer came from a reconnect rather than from us.
+        ok = peer is not None and bool(peer.api_versions) and peer.finalized_features_epoch >= replayed_offset
+        if ok:
+            self.controller_api_versions = dict(peer.api_versions)
         self.renegotiations += 1
         self.renegotiated_metadata_version = level
-        peer = self.controller_peer(leader)
         chosen = {GATES[key].api_name: self.lifecycle.negotiated_version(peer, key) for key in (62, 63)
                   if peer is not None and peer.api_versions}
         own = self.state.broker(self.config.node_id)
@@ -292,6 +305,21 @@ class BrokerNode(ServingNode, BrokerServices):
                  with_leader=ok, versions=chosen)
         self._renegotiated.set()
         self._renegotiated = trio.Event()
+
+    async def _renegotiate_peer(self, peer: PeerConnection, level: int, replayed_offset: int) -> None:
+        """Asks `peer` for its ApiVersions until the answer reflects the image up to
+        `replayed_offset`. A peer that is not connected learns the versions when it
+        reconnects (that negotiation is a fresh answer)."""
+        for _ in range(RENEGOTIATE_ATTEMPTS):
+            if not await peer.renegotiate(RENEGOTIATE_TIMEOUT_S):
+                return
+            if peer.finalized_features_epoch >= replayed_offset:
+                return
+            if self.state.metadata_version != level:
+                return  # superseded: the next change renegotiates again
+            # The controller has not replayed the change yet: it will within a replay
+            # round; there is no event to wait on in another process.
+            await trio.sleep(RENEGOTIATE_RETRY_S)
 
     async def wait_renegotiated(self, level: int) -> None:
         while self.renegotiated_metadata_version != level:

@@ -189,6 +189,11 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
 
     def _on_commit(self, records, base_offset: int) -> None:
         self._api_versions_cache.clear()
+        # A controller keeps its client connections open across a metadata.version
+        # change, as Kafka's do: a version a connection was told and the new level
+        # gates away is answered UNSUPPORTED_VERSION (server/dispatch.py). Closing an
+        # idle connection races with the client's next request, which real admin
+        # clients (kafka-python) then see as a lost connection.
         state = self.state
         self.metrics.metadata_offset.set(state.last_applied_offset)
         if state.metadata_version is not None:
@@ -212,7 +217,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             self.open()
         try:
             async with trio.open_nursery() as nursery:
-                await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis))
+                await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis),
+                                                   registry=self.connections)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
                 nursery.start_soon(self._fence_expired_brokers)

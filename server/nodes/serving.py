@@ -12,6 +12,10 @@ Rules kept here:
 - The ApiVersions body is cached per (version, finalized features epoch)
   (`ApiVersionsCache`, also used by the ZooKeeper-mode broker): it changes
   only when features change, and ApiVersions is the hottest request.
+- After a metadata.version change a node closes, once idle, only the client
+  connections whose ApiVersions answer the change made stale
+  (`close_stale_connections`; `kraftwerk.metadata.version.change.close.connections`
+  turns it off). Requests on them are answered until then (server/dispatch.py).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from server.controller import commands
 from server.controller.features import NodeFeatures
 from server.gating import AdvertisedApis
 from server.handlers import api_versions
+from server.net.listener import ConnectionRegistry
 from server.security.authorizer import build_authorizer
 from server.security.sasl import SaslServerContext
 
@@ -76,6 +81,10 @@ class ServingNode:
         self.supported_node_features = supported
         self._supported = {name: (r.min_level, r.max_level) for name, r in supported.items()}
         self._api_versions_cache = ApiVersionsCache(served_apis)
+        # The client connections of every listener (server/net/listener.py).
+        self.connections = ConnectionRegistry()
+        # The advertised table the last metadata.version change was judged against.
+        self._ranges_seen: dict[int, tuple[int, int]] | None = None
         # The ACL authorizer (server/security/authorizer.py) when `authorizer.class.name`
         # is set; None authorizes everything, as Kafka does without an authorizer.
         self.authorizer = build_authorizer(self.config, lambda: self.state)
@@ -114,6 +123,20 @@ class ServingNode:
 
     def api_versions_body(self, version: int) -> bytes:
         return self._api_versions_cache.body(version, self.state.finalized_features_epoch, self)
+
+    def close_stale_connections(self) -> int | None:
+        """Call after replaying committed records. When the advertised versions moved
+        since the last call (a metadata.version change, KIP-778), closes — gracefully,
+        once idle — each client connection whose ApiVersions answer differs from them
+        now, so its client reconnects and asks again; returns how many (None: nothing
+        moved, or turned off)."""
+        ranges = self.advertised_ranges()
+        previous, self._ranges_seen = self._ranges_seen, ranges
+        if ranges is previous:  # the same table object until metadata.version moves
+            return None
+        if not self.config.close_connections_on_metadata_version_change:
+            return None
+        return self.connections.close_stale(ranges)
 
     # -- metrics --------------------------------------------------------------------
     def _refresh_raft_gauges(self) -> None:

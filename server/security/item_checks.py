@@ -1,9 +1,9 @@
 """Per-item authorization for the APIs that name topics or config resources.
 
-Owns: the splits the handlers of CreateTopics, DeleteTopics, DescribeConfigs and
-IncrementalAlterConfigs make before running their command (the authorized part of the
-request, plus the refusal entries for the rest), the Metadata topic filter and the
-"authorized operations" bitfields with an authorizer.
+Owns: the splits the handlers of CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs, AlterConfigs and IncrementalAlterConfigs make before running their
+command (the authorized part of the request, plus the refusal entries for the rest),
+the Metadata topic filter and the "authorized operations" bitfields with an authorizer.
 
 Facts carried over from Kafka's KafkaApis / ControllerApis:
 - CreateTopics: CREATE on CLUSTER allows every topic; otherwise each topic needs
@@ -14,7 +14,8 @@ Facts carried over from Kafka's KafkaApis / ControllerApis:
   name (an unknown id is left to the command: UNKNOWN_TOPIC_ID).
 - "Authorized operations" of the cluster (Metadata, DescribeCluster) are 0 for a
   principal that may not DESCRIBE the cluster.
-- DescribeConfigs / IncrementalAlterConfigs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the
+- CreatePartitions: ALTER on each topic (TOPIC_AUTHORIZATION_FAILED).
+- DescribeConfigs / AlterConfigs / IncrementalAlterConfigs: DESCRIBE_CONFIGS / ALTER_CONFIGS on the
   topic (TOPIC_AUTHORIZATION_FAILED), or on CLUSTER for broker and broker-logger
   resources (CLUSTER_AUTHORIZATION_FAILED).
 - Metadata: the "all topics" answer leaves out topics the principal may not DESCRIBE
@@ -127,13 +128,14 @@ def _config_refusal(ctx, resource, operation: int, api: str) -> tuple[int, str] 
     return int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), CLUSTER_REFUSED_MESSAGE
 
 
-def config_resources(ctx, request, alter: bool) -> tuple[Any, list[dict]]:
+def config_resources(ctx, request, alter: bool, api: str | None = None) -> tuple[Any, list[dict]]:
     """(the request with only the resources the principal may describe / alter, refusals).
-    Refusals carry `configs` for DescribeConfigs; IncrementalAlterConfigs ignores it."""
+    Refusals carry `configs` for DescribeConfigs; the alter APIs ignore it. `api` names
+    the API in the authorizer's log (IncrementalAlterConfigs / DescribeConfigs by default)."""
     if _authorizer(ctx) is None:
         return request, []
     operation = AclOperation.ALTER_CONFIGS if alter else AclOperation.DESCRIBE_CONFIGS
-    api = "IncrementalAlterConfigs" if alter else "DescribeConfigs"
+    api = api or ("IncrementalAlterConfigs" if alter else "DescribeConfigs")
     allowed, refused = [], []
     for resource in request.resources:
         error = _config_refusal(ctx, resource, operation, api)
@@ -146,6 +148,23 @@ def config_resources(ctx, request, alter: bool) -> tuple[Any, list[dict]]:
             entry["configs"] = []
         refused.append(entry)
     return (request if not refused else _with(request, "resources", allowed)), refused
+
+
+def create_partitions(ctx, request) -> tuple[Any, list[dict]]:
+    """(the request with only the topics the principal may ALTER, refusals): Kafka's
+    CreatePartitions needs ALTER on each topic (TOPIC_AUTHORIZATION_FAILED)."""
+    authorizer = _authorizer(ctx)
+    if authorizer is None:
+        return request, []
+    allowed, refused = [], []
+    for topic in request.topics:
+        if authorizer.authorize(ctx.principal, ctx.client_host, AclOperation.ALTER, ResourceType.TOPIC,
+                                topic.name, "CreatePartitions"):
+            allowed.append(topic)
+        else:
+            refused.append({"name": topic.name, "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                            "error_message": TOPIC_REFUSED_MESSAGE})
+    return (request if not refused else _with(request, "topics", allowed)), refused
 
 
 def may_describe_topic(ctx, name: str, log_refusal: bool) -> bool:

@@ -43,12 +43,16 @@ from hypothesis import strategies as st
 kafka_protocol = pytest.importorskip("kafka.protocol")
 
 from kafka.protocol.admin.configs import (  # noqa: E402
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
 from kafka.protocol.admin.topics import (  # noqa: E402
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteTopicsRequest,
@@ -61,6 +65,12 @@ from kafka.protocol.admin.cluster import (  # noqa: E402
     DescribeQuorumResponse,
     UpdateFeaturesRequest,
     UpdateFeaturesResponse,
+)
+from kafka.protocol.admin.client_quotas import (  # noqa: E402
+    AlterClientQuotasRequest,
+    AlterClientQuotasResponse,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasResponse,
 )
 from kafka.protocol.admin.acl import (  # noqa: E402
     CreateAclsRequest,
@@ -101,6 +111,8 @@ KAFKA_PYTHON = {
     20: (DeleteTopicsRequest, DeleteTopicsResponse),
     32: (DescribeConfigsRequest, DescribeConfigsResponse),
     44: (IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
+    33: (AlterConfigsRequest, AlterConfigsResponse),
+    37: (CreatePartitionsRequest, CreatePartitionsResponse),
     17: (SaslHandshakeRequest, SaslHandshakeResponse),
     36: (SaslAuthenticateRequest, SaslAuthenticateResponse),
     29: (DescribeAclsRequest, DescribeAclsResponse),
@@ -108,6 +120,8 @@ KAFKA_PYTHON = {
     31: (DeleteAclsRequest, DeleteAclsResponse),
     50: (DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse),
     51: (AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse),
+    48: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
+    49: (AlterClientQuotasRequest, AlterClientQuotasResponse),
 }
 
 NO_DECLARATION = "kafka-python 3.0.12 has no declaration for this API (KRaft-internal RPC)"

@@ -127,7 +127,8 @@ HAND_DECLARED = {"UpdateMetadataRequest", "UpdateMetadataResponse",
                  "AlterUserScramCredentialsRequest", "AlterUserScramCredentialsResponse",
                  "EnvelopeRequest", "EnvelopeResponse",
                  "UserScramCredentialRecord", "RemoveUserScramCredentialRecord",
-                 "AccessControlEntryRecord", "RemoveAccessControlEntryRecord"}
+                 "AccessControlEntryRecord", "RemoveAccessControlEntryRecord",
+                 }
 
 
 def test_every_declaration_has_a_spec():

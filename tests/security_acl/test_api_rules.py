@@ -48,6 +48,10 @@ def sample_request(api_key: int, version: int):
         body = {"deletions": [{"name": "a", "mechanism": 1}],
                 "upsertions": [{"name": "b", "mechanism": 1, "iterations": 4096, "salt": b"s", "salted_password": b"p"},
                                {"name": "a", "mechanism": 2, "iterations": 4096, "salt": b"s", "salted_password": b"p"}]}
+    elif api_key == 49:
+        body = {"entries": [{"entity": [{"entity_type": "user", "entity_name": "a"}],
+                             "ops": [{"key": "producer_byte_rate", "value": 1.0}]},
+                            {"entity": [{"entity_type": "ip", "entity_name": None}], "ops": []}]}
     return request_message.decode(version, request_message.encode(version, body))
 
 
@@ -64,6 +68,9 @@ def test_refusals_encode_and_carry_cluster_authorization_failed(api_key, version
         assert [r.error_code for r in decoded.filter_results] == [denied] * 3
     elif api_key == 51:
         assert [(r.user, r.error_code) for r in decoded.results] == [("a", denied), ("b", denied)]
+    elif api_key == 49:
+        assert [(e.entity[0].entity_type, e.entity[0].entity_name, e.error_code) for e in decoded.entries] == [
+            ("user", "a", denied), ("ip", None, denied)]
     else:
         assert decoded.error_code == denied
 
