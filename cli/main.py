@@ -191,7 +191,9 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
             port = await nursery.start(serve)
             # What exists once the node serves (modules, the served table, the image,
             # the listeners) lives as long as the process: moved out of the collector's
-            # generations, no later collection scans it again.
+            # generations, no later collection scans it again. Reference counting still
+            # frees any of it that is dropped; only a reference cycle among these
+            # objects would outlive its use, once, bounded by the start-up heap.
             gc.freeze()
             if port_file:
                 Path(port_file).write_text(f"{port}\n")

@@ -675,12 +675,16 @@ def incremental_alter_configs(state: ControllerState, request: Any, api_version:
     """IncrementalAlterConfigs v0-1 (KIP-339) for TOPIC (2) and BROKER (4) resources:
     SET, DELETE, APPEND, SUBTRACT. Each resource is all-or-nothing; only real changes
     become ConfigRecords (DELETE writes a null value)."""
+    return _per_resource(state, request, _alter_resource)
+
+
+def _per_resource(state: ControllerState, request: Any, change_one) -> ControllerResult:
+    """The shape both config-altering APIs share: each resource changed by `change_one`
+    on its own (a resource named twice is INVALID_REQUEST), one result per resource,
+    nothing written under ValidateOnly."""
     validate_only = bool(_field(request, "validate_only", False))
     resources = list(_field(request, "resources", []))
-    counts: dict[tuple[int, str], int] = {}
-    for resource in resources:
-        key = (_field(resource, "resource_type", 0), _field(resource, "resource_name", ""))
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter((_field(r, "resource_type", 0), _field(r, "resource_name", "")) for r in resources)
     records: list[MetadataRecord] = []
     results = []
     for resource in resources:
@@ -688,7 +692,7 @@ def incremental_alter_configs(state: ControllerState, request: Any, api_version:
         if counts[key] > 1:
             resource_records, error = [], (ErrorCode.INVALID_REQUEST, "Duplicate resource.")
         else:
-            resource_records, error = _alter_resource(state, resource)
+            resource_records, error = change_one(state, resource)
         code, message = error if error is not None else (0, None)
         results.append({"error_code": int(code), "error_message": message, "resource_type": key[0],
                         "resource_name": key[1]})
@@ -736,23 +740,7 @@ def alter_configs(state: ControllerState, request: Any, api_version: int) -> Con
     Topic keys are checked as IncrementalAlterConfigs checks them; a resource named
     twice is INVALID_REQUEST; each resource passes or fails alone; ValidateOnly writes
     nothing."""
-    validate_only = bool(_field(request, "validate_only", False))
-    resources = list(_field(request, "resources", []))
-    counts = Counter((_field(r, "resource_type", 0), _field(r, "resource_name", "")) for r in resources)
-    records: list[MetadataRecord] = []
-    results = []
-    for resource in resources:
-        key = (_field(resource, "resource_type", 0), _field(resource, "resource_name", ""))
-        if counts[key] > 1:
-            resource_records, error = [], (ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-        else:
-            resource_records, error = _replace_resource(state, resource)
-        code, message = error if error is not None else (0, None)
-        results.append({"error_code": int(code), "error_message": message, "resource_type": key[0],
-                        "resource_name": key[1]})
-        records.extend(resource_records)
-    return ControllerResult([] if validate_only else records, {"throttle_time_ms": 0, "responses": results},
-                            atomic=True)
+    return _per_resource(state, request, _replace_resource)
 
 
 # ---------------------------------------------------------------------------
