@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from cli.upgrade_story import LocalCluster
+
 from .helpers import ControllerFactory, ControllerProcess
+
+# The brokers of the shared `cluster` fixture.
+CLUSTER_BROKERS = [101, 102]
 
 
 @pytest.fixture
@@ -35,3 +40,20 @@ def controller(controllers) -> ControllerProcess:
     return controllers.new()
 
 
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    """One module's cluster of real processes: controller 1 and brokers 101 and 102 at
+    metadata.version 3.7-IV4, started and unfenced; stopped after the module."""
+    directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    cluster = LocalCluster(directory, controllers=1, brokers=2, metadata_version="3.7-IV4")
+    try:
+        cluster.format()
+        for spec in cluster.specs:
+            cluster.start(spec.node_id)
+        cluster.wait_bootstrapped()
+        cluster.wait_unfenced(CLUSTER_BROKERS)
+        yield cluster
+    finally:
+        cluster.stop_all()

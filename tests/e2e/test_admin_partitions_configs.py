@@ -8,26 +8,10 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import InvalidPartitionsError
 
-from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
 BROKERS = [101, 102]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("partitions-configs"), controllers=1, brokers=2,
-                           metadata_version="3.7-IV4")
-    try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 @pytest.fixture(params=[101, 1], ids=["through-broker", "through-controller"])

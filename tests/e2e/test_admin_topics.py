@@ -15,27 +15,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError
 
-from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 10
 BROKERS = [101, 102]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("admin-topics"), controllers=1, brokers=2,
-                           metadata_version="3.7-IV4")
-    try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 @pytest.fixture

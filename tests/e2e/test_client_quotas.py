@@ -15,7 +15,6 @@ import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
 
-from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -23,21 +22,6 @@ BROKERS = [101, 102]
 CONTROLLER = 1
 INVALID_REQUEST = 42
 EXACT, DEFAULT, ANY = 0, 1, 2
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("client-quotas"), controllers=1, brokers=2,
-                           metadata_version="3.7-IV4")
-    try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 class Quotas:

@@ -10,28 +10,12 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient, UpdateFeatureType
 
-from cli.upgrade_story import LocalCluster
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 10
 MV = "metadata.version"
 MV_3_7_IV4, MV_3_8_IV0 = 19, 20
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("brokers"), controllers=1, brokers=2,
-                           metadata_version="3.7-IV4")
-    try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced([101, 102])
-        yield cluster
-    finally:
-        cluster.stop_all()
 
 
 def test_kafka_python_describes_and_updates_features_through_a_broker(cluster):
