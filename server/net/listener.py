@@ -155,9 +155,16 @@ class Connection:
         never mutates, its advertised table). A close pending because an earlier answer
         went stale is called off: the client knows the current versions now."""
         self.advertised = ranges
+        self.call_off_stale_close()
+
+    def call_off_stale_close(self) -> bool:
+        """Cancels a close pending only because this connection's ApiVersions answer
+        went stale; True if there was one."""
         if self.closing and self.close_reason == CLOSE_STALE_API_VERSIONS:
             self.closing = False
             self.close_reason = None
+            return True
+        return False
 
     def close_if_done(self) -> None:
         if self.closing and self.idle and self.cancel_scope is not None:
@@ -208,9 +215,7 @@ class ConnectionRegistry:
                 if not conn.closing:
                     conn.close(CLOSE_STALE_API_VERSIONS)
                     closed += 1
-            elif conn.closing and conn.close_reason == CLOSE_STALE_API_VERSIONS:
-                conn.closing = False
-                conn.close_reason = None
+            elif conn.call_off_stale_close():
                 called_off += 1
         self.closed_by_request += closed
         if closed or called_off:
