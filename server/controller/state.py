@@ -37,6 +37,7 @@ from typing import Any, Mapping
 
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
+from server.controller.answers import Answer, ForwardedAnswers
 from server.controller.downgrade import project_registration
 from server.security.model import AclEntry, ScramCredential, ScramMechanism
 from server.values import BrokerEpoch, LeaderEpoch, NodeId, Offset, ZkMigrationState
@@ -225,7 +226,8 @@ class ControllerState:
     """The replayed metadata image. Read it through the properties; change it only
     with `replay`."""
 
-    __slots__ = ("cluster_id", "_image", "_last_applied_offset", "_transaction_start", "_transaction_base")
+    __slots__ = ("cluster_id", "_image", "_last_applied_offset", "_transaction_start", "_transaction_base",
+                 "_forwarded")
 
     def __init__(self, cluster_id: str) -> None:
         # The cluster id is not in the metadata log (Kafka keeps it in meta.properties),
@@ -235,6 +237,9 @@ class ControllerState:
         self._last_applied_offset = -1
         self._transaction_start: int | None = None
         self._transaction_base: _Image | None = None
+        # Answers of forwarded writes (server/controller/idempotence.py). Outside `_image`:
+        # not metadata, not in snapshots, and never written inside a transaction.
+        self._forwarded = ForwardedAnswers()
 
     def copy(self) -> "ControllerState":
         """An independent, equal copy, an open metadata transaction included (its
@@ -244,6 +249,7 @@ class ControllerState:
         clone._last_applied_offset = self._last_applied_offset
         clone._transaction_start = self._transaction_start
         clone._transaction_base = self._transaction_base.copy() if self._transaction_base is not None else None
+        clone._forwarded = self._forwarded.copy()
         return clone
 
     # ---- reads -------------------------------------------------------------
@@ -275,6 +281,10 @@ class ControllerState:
         if self._image.kraft_version > 0:
             levels[KRAFT_VERSION] = self._image.kraft_version
         return levels
+
+    def forwarded_answer(self, key: bytes) -> Answer | None:
+        """The remembered answer of a forwarded write (forward id + write index), if any."""
+        return self._forwarded.get(key)
 
     @property
     def last_applied_offset(self) -> Offset:
@@ -539,7 +549,8 @@ class ControllerState:
         self._image.brokers[registration.broker_id] = changed
 
     def _replay_no_op(self, data: Any, offset: int) -> None:
-        pass
+        # Nothing for the metadata; one of ours may remember a forwarded write's answer.
+        self._forwarded.replay(data)
 
     def _replay_topic(self, data: Any, offset: int) -> None:
         name = _get(data, "name")

@@ -10,7 +10,15 @@ handler's ApiError becomes the inner API's own error response. The inner respons
 Envelope-level errors (Kafka's): INVALID_REQUEST for an API brokers do not forward (the
 API catalog, server/api/catalog.py, says which they do),
 a version this controller's software does not serve, or an inner request that does not
-decode; PRINCIPAL_DESERIALIZATION_FAILURE when the principal or address does not decode.
+decode; PRINCIPAL_DESERIALIZATION_FAILURE when the principal or address does not decode;
+NOT_CONTROLLER when this node is not the active controller (any more): the broker sends
+the Envelope again to the one the quorum names, as Kafka's brokers do.
+
+kraftwerk's brokers add two tagged fields of their own (server/controller/answers.py):
+a forward id in the request, under which the inner request's writes are applied at most
+once however often the broker retries (server/controller/idempotence.py), and, in the
+response, the offset of the last record this controller had replayed when it answered,
+so the broker can hold the answer until its own image has the write.
 
 A version the software serves but the finalized metadata.version gates away (KIP-778)
 reaches here from a broker that has not replayed the change yet, on behalf of a client
@@ -28,6 +36,9 @@ from protocol.header import REQUEST_HEADER, encode_response_header, peek_api
 from protocol.registry import api_name
 from server.api.context import ControllerServices, RequestContext
 from server.api.errors import ApiError
+from server.controller.answers import COMMITTED_OFFSET_TAG, FORWARD_ID_BYTES, FORWARD_ID_TAG, encode_offset, \
+    tagged, with_tag
+from server.controller.idempotence import IdempotentWrites
 from server.observability import Event, get_logger
 from server.security.envelope import EnvelopeError, address_text, deserialize_principal
 
@@ -77,7 +88,13 @@ async def handle(ctx, request):
         log.warning(Event.REQUEST_DECODE_FAILED, connection=ctx.connection.connection_id, api=api_name(api_key),
                     api_version=version, forwarded_by=str(ctx.principal), error=str(exc))
         return _error(ErrorCode.INVALID_REQUEST)
-    inner_ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, ctx.connection, services)
+    forward_id = tagged(request, FORWARD_ID_TAG)
+    if forward_id is not None and len(forward_id) != FORWARD_ID_BYTES:
+        forward_id = None  # not one of ours: served as Kafka would, without the guarantee
+    # Under a forward id the inner request's writes are applied at most once.
+    inner_ctx = RequestContext(api_key, version, header.correlation_id, header.client_id, ctx.connection,
+                               services if forward_id is None else
+                               IdempotentWrites(services, forward_id, api_key, version))
     inner_ctx.principal = principal
     inner_ctx.client_host = client_host
     inner_ctx.forwarded_by = ctx.principal
@@ -98,9 +115,15 @@ async def handle(ctx, request):
             if api.is_async:
                 body = await body
         except ApiError as exc:
+            if exc.code == ErrorCode.NOT_CONTROLLER:
+                return _error(ErrorCode.NOT_CONTROLLER)
             # The inner API's own error shape, as the dispatcher would answer it directly.
             body = api.error_response(inner, version, exc.code, exc.message)
     out = BytesIO()
     out.write(encode_response_header(header.correlation_id, api.response_header_version(version)))
     api.response.encode_into(version, body, out)
-    return {"throttle_time_ms": 0, "response_data": out.getvalue(), "error_code": ErrorCode.NONE}
+    answer = {"throttle_time_ms": 0, "response_data": out.getvalue(), "error_code": ErrorCode.NONE}
+    image = services.image
+    if forward_id is None or image is None:
+        return answer
+    return with_tag(answer, COMMITTED_OFFSET_TAG, encode_offset(image.last_applied_offset))

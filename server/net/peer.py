@@ -120,6 +120,9 @@ class PeerConnection:
         # record the peer had replayed when it answered (-1: not told). It says whether an
         # answer already reflects a record this node has replayed itself.
         self.finalized_features_epoch = -1
+        # True from a failed connect attempt until the next successful one: requests that
+        # ask to fail fast are refused at once then, instead of waiting for a reconnect.
+        self.unreachable = False
         self.connects = 0  # successful connects, for tests and metrics
         self.negotiations = 0  # ApiVersions exchanges (connects and renegotiations)
         self._last_security_error: str | None = None
@@ -146,6 +149,7 @@ class PeerConnection:
                                                   timeout_s=self._connect_timeout_s, client_id=self._client_id,
                                                   ssl_context=self._ssl_context)
             except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+                self.unreachable = True
                 delay_ms = self._backoff.delay_ms(attempt, self._rng)
                 attempt += 1
                 if isinstance(exc, ConnectError):
@@ -167,6 +171,7 @@ class PeerConnection:
                     with trio.fail_after(self._connect_timeout_s):
                         await self._negotiate()
                     attempt = 0
+                    self.unreachable = False
                     self._last_security_error = None
                     self.connects += 1
                     self._connected.set()
@@ -263,10 +268,14 @@ class PeerConnection:
         return version
 
     async def request(self, api_key: int, body: dict, timeout_s: float, version: int | None = None,
-                      on_response: Callable[[dict], None] | None = None):
+                      on_response: Callable[[dict], None] | None = None, fail_fast: bool = False):
         """Sends one request and returns the decoded response body. `on_response(body)`,
         if given, is called from the connection's read loop as soon as the response is
-        decoded (before this returns it); it must not raise."""
+        decoded (before this returns it); it must not raise. With `fail_fast`, a peer
+        whose last connect attempt failed raises PeerUnavailable at once rather than
+        being waited for (callers that have somewhere else to ask)."""
+        if fail_fast and self.unreachable and not self._connected.is_set():
+            raise PeerUnavailable(f"node {self.address.node_id} is unreachable (its last connect attempt failed)")
         with trio.fail_after(timeout_s):
             # No wait where it would not block: a trio wait on a set event still costs a
             # scheduling round.

@@ -307,6 +307,8 @@ class RaftCore:
         self._fetch_sent_ms = 0
         self._fetch_backoff_until_ms = 0
         self._fetch_target: int | None = None
+        # Observer: fetches to its leader that failed in a row since it last heard from it.
+        self._leader_fetch_failures = 0
         # Last successful exchange with the leader (pre-vote refusals rely on it).
         self._last_leader_contact_ms = -1
         self._snapshot_download: _SnapshotDownload | None = None
@@ -528,6 +530,7 @@ class RaftCore:
         self._fetch_target = leader_id
         self._fetch_in_flight = None
         self._fetch_backoff_until_ms = 0
+        self._leader_fetch_failures = 0
         self._fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
         self._maybe_send_fetch(now_ms)
 
@@ -742,6 +745,7 @@ class RaftCore:
             return
         if self._fetch_in_flight is not None and now_ms >= self._fetch_sent_ms + self._fetch_request_timeout_ms():
             self._fetch_in_flight = None  # lost: send another
+            self._count_leader_fetch_failure()
         self._maybe_send_fetch(now_ms)
 
     # ------------------------------------------------------------------
@@ -1185,7 +1189,7 @@ class RaftCore:
         if not self._wants_fetch() or self._fetch_in_flight is not None or now_ms < self._fetch_backoff_until_ms:
             return
         if self.role is Role.FOLLOWER:
-            target = self.leader_id
+            target = self._follower_fetch_target()
         else:
             target = self._rng.choice(sorted(self.config.voters))
         if target is None:
@@ -1207,9 +1211,30 @@ class RaftCore:
         self._fetch_in_flight = body
         self._out_requests.append(OutboundRequest(target, api_key, body))
 
+    def _follower_fetch_target(self) -> int | None:
+        """The leader; for an observer whose fetches to it keep failing, every other
+        attempt goes to another voter instead (in turn). Observers get no
+        BeginQuorumEpoch: without asking around, an observer would learn of a new leader
+        only at its fetch timeout, on top of the voters' own election; a voter of a later
+        epoch names its leader in the refusal (`_observe_epoch` follows it), one of the
+        same epoch names the old one and the next attempt goes back to it."""
+        failures = self._leader_fetch_failures
+        # A snapshot is downloaded from the leader only (its chunks must all be its own).
+        if self.config.is_voter or failures % 2 == 0 or self._snapshot_download is not None:
+            return self.leader_id
+        others = sorted(v for v in self.config.voters if v != self.leader_id)
+        if not others:
+            return self.leader_id
+        return others[(failures // 2) % len(others)]
+
     def _fetch_failed(self, now_ms: int) -> None:
         self._fetch_in_flight = None
         self._fetch_backoff_until_ms = now_ms + self.config.retry_backoff_ms
+        self._count_leader_fetch_failure()
+
+    def _count_leader_fetch_failure(self) -> None:
+        if self.role is Role.FOLLOWER and not self.config.is_voter:
+            self._leader_fetch_failures += 1
 
     def _handle_fetch_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:
         if request_body is not self._fetch_in_flight:
@@ -1226,9 +1251,13 @@ class RaftCore:
         leader_id = current.get("leader_id", -1)
         if self._observe_epoch(leader_epoch, leader_id, now_ms):
             return
-        if self.role is Role.FOLLOWER and self._disowned_by_leader(leader_epoch, leader_id, now_ms):
+        # Only the leader's own answer can disown it: another voter an observer asks
+        # around (`_follower_fetch_target`) may lag an epoch behind.
+        if (self.role is Role.FOLLOWER and self._fetch_target == self.leader_id
+                and self._disowned_by_leader(leader_epoch, leader_id, now_ms)):
             return
-        if partition["error_code"] or self.role is not Role.FOLLOWER or leader_epoch != self.epoch:
+        if (partition["error_code"] or self.role is not Role.FOLLOWER or leader_epoch != self.epoch
+                or self._fetch_target != self.leader_id):
             # Errors back off and retry; a follower whose leader resigned or
             # restarted keeps failing until its fetch timeout starts an election.
             self._fetch_failed(now_ms)
@@ -1255,6 +1284,7 @@ class RaftCore:
         self._fetch_in_flight = None
         self._fetch_deadline_ms = max(self._fetch_deadline_ms or 0, now_ms + self.config.fetch_timeout_ms)
         self._last_leader_contact_ms = now_ms
+        self._leader_fetch_failures = 0
         if truncate_to is not None:
             if truncate_to < self.log.end_offset:
                 self._pending_ops.append(TruncateTo(truncate_to))

@@ -1070,8 +1070,12 @@ class RaftDriver:
 
         if peer is not None:
             try:
+                # A fetch to a peer that is down fails at once: the core then asks again,
+                # or asks another voter (an observer looking for its leader), rather than
+                # waiting out the request timeout for a reconnect.
                 response = await peer.request(api_key, body, timeout_ms / 1000, version=WIRE_VERSIONS[ApiKey(api_key)],
-                                              on_response=deliver)
+                                              on_response=deliver,
+                                              fail_fast=api_key in (ApiKey.FETCH, ApiKey.FETCH_SNAPSHOT))
             except (PeerUnavailable, trio.TooSlowError):
                 response = None
         if delivered or self._generation != generation:
