@@ -88,6 +88,8 @@ class SimConfig:
     liveness_bound_ms: int = 4000
     election_timeout_ms: int = 100
     fetch_timeout_ms: int = 200
+    # Observers' own fetch timeout (None: the voters'); brokers may set theirs apart.
+    observer_fetch_timeout_ms: int | None = None
     request_timeout_ms: int = 100
     fetch_max_wait_ms: int = 50
     high_watermark_linger_ms: int = 5
@@ -250,7 +252,9 @@ class Simulation:
         cfg = self.config
         return RaftConfig(
             node_id=node.node_id, voters=self.voter_ids, cluster_id=CLUSTER_ID,
-            election_timeout_ms=cfg.election_timeout_ms, fetch_timeout_ms=cfg.fetch_timeout_ms,
+            election_timeout_ms=cfg.election_timeout_ms,
+            fetch_timeout_ms=cfg.fetch_timeout_ms if node.node_id in self.voter_ids or cfg.observer_fetch_timeout_ms
+            is None else cfg.observer_fetch_timeout_ms,
             request_timeout_ms=cfg.request_timeout_ms, fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             retry_backoff_ms=cfg.retry_backoff_ms, fetch_max_bytes=4096, snapshot_chunk_bytes=512,
             pre_vote=cfg.pre_vote, high_watermark_linger_ms=cfg.high_watermark_linger_ms,

@@ -236,14 +236,16 @@ def test_raft_core_imports_no_io():
 def test_an_observer_follows_the_new_leader_long_before_its_fetch_timeout():
     """Observers get no BeginQuorumEpoch: once fetches to the dead leader fail, the
     observer asks the other voters in turn and follows the new leader as soon as one of
-    them names it, instead of waiting out its fetch timeout first."""
-    sim = quiet_cluster(voters=3, observers=1, fetch_timeout_ms=2000, election_timeout_ms=300)
+    them names it, instead of waiting out its own fetch timeout (here far longer than
+    the voters': a broker may set its own)."""
+    sim = quiet_cluster(voters=3, observers=1, fetch_timeout_ms=500, election_timeout_ms=300,
+                        observer_fetch_timeout_ms=10_000)
     sim.run_until(3000)
     old = leader_of(sim)
     observer = next(node for node in sim.up() if not node.core.config.is_voter)
     assert observer.core.leader_id == old.node_id
     sim.stop_node(old, graceful=False)
-    elected_at = None
+    killed_at, elected_at = sim.now, None
     for _ in range(6000):  # 1 ms steps, at most 6 s of simulated time
         sim.run_until(sim.now + 1)
         leader = sim.current_leader()
@@ -253,6 +255,5 @@ def test_an_observer_follows_the_new_leader_long_before_its_fetch_timeout():
             break
     assert elected_at is not None, "no new leader"
     assert observer.core.leader_id == sim.current_leader().node_id
-    # Within a few request timeouts and backoffs of the election, not a fetch timeout.
-    followed_after_ms = sim.now - elected_at
-    assert followed_after_ms < 2000 // 4, followed_after_ms
+    # Within a few request timeouts and backoffs of the election, nowhere near 10 s.
+    assert sim.now - elected_at < 500, (sim.now - elected_at, elected_at - killed_at)
