@@ -71,12 +71,13 @@ def spark():
 def zookeeper(tmp_path):
     """A fresh ZooKeeper server (own data dir, free port) for one test; skipped with
     the reason when java or Debian's zookeeper.jar is absent."""
+    from cli.local_cluster import free_port_run
     from server.zk.process import ZooKeeperProcess, zookeeper_missing
 
     reason = zookeeper_missing()
     if reason is not None:
         pytest.skip(f"ZooKeeper unavailable: {reason}")
-    process = ZooKeeperProcess(tmp_path / "zookeeper")
+    process = ZooKeeperProcess(tmp_path / "zookeeper", port=free_port_run(1))
     process.start()
     try:
         yield process

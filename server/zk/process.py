@@ -5,8 +5,12 @@ process on 127.0.0.1, wait until it serves, stop/kill/restart it) and
 `zookeeper_missing()` (why ZooKeeper cannot run here, or None).
 
 Rules kept here:
-- Only 127.0.0.1; the port is chosen once (a free one when 0) and kept across
-  restarts, so a client's connect string stays valid.
+- Only 127.0.0.1; the port is the caller's and kept across restarts, so a
+  client's connect string stays valid. It is never picked here: a port probed
+  free inside the kernel's ephemeral range can be taken by any outgoing
+  connection before ZooKeeper binds it (or between a stop and the restart), and
+  the reservation below that range lives with the local cluster tooling
+  (cli/local_cluster.py `free_port_run`), which this package must not import.
 - Readiness is the four-letter word `srvr` answering with the server's stats (a
   server that is up but not yet serving answers "not currently serving requests",
   which is not ready). Every wait is a bounded loop with a deadline; a failure
@@ -54,13 +58,6 @@ def zookeeper_missing() -> str | None:
     return None
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCALHOST, 0))
-        return sock.getsockname()[1]
-
-
 def port_is_free(port: int) -> bool:
     """Whether nothing listens on 127.0.0.1:`port`. SO_REUSEADDR, as the server sets
     it, so connections of an earlier run lingering in TIME_WAIT do not count."""
@@ -99,11 +96,15 @@ class ZooKeeperSettings:
 
 
 class ZooKeeperProcess:
-    """One standalone ZooKeeper server on 127.0.0.1:`port`, data in `data_dir`."""
+    """One standalone ZooKeeper server on 127.0.0.1:`port`, data in `data_dir`.
 
-    def __init__(self, data_dir: Path, port: int = 0, settings: ZooKeeperSettings | None = None) -> None:
+    `port`: one reserved for this server (tests and tools: `free_port_run(1)`)."""
+
+    def __init__(self, data_dir: Path, port: int, settings: ZooKeeperSettings | None = None) -> None:
+        if not 0 < port < 65536:
+            raise ValueError(f"ZooKeeper needs a fixed port (1-65535), got {port}")
         self.data_dir = Path(data_dir)
-        self.port = port if port else free_port()
+        self.port = port
         self.settings = settings or ZooKeeperSettings()
         self._process: subprocess.Popen[bytes] | None = None
 

@@ -3,19 +3,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from cli.local_cluster import free_port_run, run_cli
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_demo_tells_the_upgrade_story_with_a_failover_and_stops_cleanly(tmp_path):
@@ -42,7 +34,7 @@ def test_demo_tells_the_upgrade_story_with_a_failover_and_stops_cleanly(tmp_path
 
 
 def test_cluster_up_formats_and_starts_a_controller_and_reports_its_address(tmp_path):
-    port = free_port()
+    port = free_port_run(1)
     result = run_cli("cluster", "up", "--controllers", "1", "--brokers", "0", "--exit", "--base-port", str(port),
                      "--dir", str(tmp_path), timeout_s=120)
     assert result.returncode == 0, result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from cli.local_cluster import free_port_run
 from server.zk.client import (
     Check,
     Create,
@@ -19,7 +20,7 @@ from server.zk.client import (
     ZkVersionConflict,
     connect,
 )
-from server.zk.process import ZooKeeperProcess, free_port
+from server.zk.process import ZooKeeperProcess
 
 WAIT_S = 20
 
@@ -180,7 +181,7 @@ async def test_calls_fail_with_connection_error_while_zookeeper_is_down(zookeepe
 async def test_connect_to_nothing_fails_in_time() -> None:
     with trio.fail_after(WAIT_S):
         with pytest.raises(ZkConnectionError):
-            await connect(f"127.0.0.1:{free_port()}", timeout_s=1.0)
+            await connect(f"127.0.0.1:{free_port_run(1)}", timeout_s=1.0)
 
 
 async def test_closed_session_refuses_calls(zk_hosts: str) -> None:

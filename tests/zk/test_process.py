@@ -7,6 +7,7 @@ import socket
 import pytest
 from kazoo.client import KazooClient
 
+from cli.local_cluster import free_port_run
 from server.zk.process import ZooKeeperProcess, ZooKeeperSettings, ZooKeeperStartError, four_letter_word
 
 
@@ -72,7 +73,7 @@ def test_restart_keeps_data(zookeeper: ZooKeeperProcess) -> None:
 
 def test_context_manager(tmp_path, zookeeper: ZooKeeperProcess) -> None:
     # `zookeeper` only provides the skip-when-missing check here.
-    with ZooKeeperProcess(tmp_path / "second") as second:
+    with ZooKeeperProcess(tmp_path / "second", port=free_port_run(1)) as second:
         assert second.port != zookeeper.port
         assert "Mode: standalone" in second.srvr()
     assert not second.is_running()
@@ -89,7 +90,7 @@ def test_start_refuses_a_port_in_use(tmp_path, zookeeper: ZooKeeperProcess) -> N
 
 def test_start_failure_reports_the_log_tail(tmp_path, zookeeper: ZooKeeperProcess) -> None:
     # A JVM that cannot start (a 1 MB heap is below its minimum) exits at once.
-    broken = ZooKeeperProcess(tmp_path / "broken", settings=ZooKeeperSettings(max_heap_mb=1))
+    broken = ZooKeeperProcess(tmp_path / "broken", port=free_port_run(1), settings=ZooKeeperSettings(max_heap_mb=1))
     with pytest.raises(ZooKeeperStartError) as excinfo:
         broken.start(timeout_s=30)
     assert not broken.is_running()

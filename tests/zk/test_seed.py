@@ -166,11 +166,11 @@ def test_chroot_and_missing_cluster(zk_hosts: str) -> None:
 
 
 def test_wire_reader_reports_an_unreachable_zookeeper() -> None:
-    from server.zk.process import free_port
+    from cli.local_cluster import free_port_run
     from server.zk.seed import ZkWireError
 
     with pytest.raises(ZkWireError):
-        read_zookeeper(f"127.0.0.1:{free_port()}", timeout_s=2)
+        read_zookeeper(f"127.0.0.1:{free_port_run(1)}", timeout_s=2)
 
 
 async def test_read_through_a_trio_session(zk_hosts: str) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import trio
 
+from cli.local_cluster import free_port_run
 from server.zk.client import connect
 from server.client import KafkaClient
 from server.zk.paths import FeaturesZnode, FeatureZnodeStatus, FinalizedFeature, parse_kafka_uuid
-from server.zk.process import free_port
 
 from .harness import CLUSTER_ID, WAIT_S, seed
 
@@ -39,7 +39,7 @@ async def start(args: list[str], stderr_path: Path) -> trio.Process:
 
 async def test_cli_process_registers_serves_and_leaves_on_sigterm(zk_hosts: str, tmp_path: Path) -> None:
     seed(zk_hosts)
-    port = free_port()
+    port = free_port_run(1)
     # zookeeper.connect from the file; --release from the command line.
     config = write_config(tmp_path / "broker.properties", port, zookeeper=zk_hosts)
     port_file = tmp_path / "port"
@@ -81,7 +81,7 @@ async def test_cli_refuses_to_start_on_unsupported_features(zk_hosts: str, tmp_p
     async with await connect(zk_hosts) as zk:
         await zk.set("/features", FeaturesZnode(FeatureZnodeStatus.ENABLED,
                                                 {"metadata.version": FinalizedFeature(20)}).encode())
-    config = write_config(tmp_path / "broker.properties", free_port())
+    config = write_config(tmp_path / "broker.properties", free_port_run(1))
     process = await start(["--zookeeper", zk_hosts, "--config", str(config), "--release", "3.6"],
                           tmp_path / "broker.log")
     with trio.fail_after(WAIT_S):
@@ -98,7 +98,7 @@ async def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
                           tmp_path / "a.log")
     with trio.fail_after(WAIT_S):
         assert await process.wait() == 2
-    config = write_config(tmp_path / "broker.properties", free_port())
+    config = write_config(tmp_path / "broker.properties", free_port_run(1))
     process = await start(["--config", str(config)], tmp_path / "b.log")  # no ZooKeeper anywhere
     with trio.fail_after(WAIT_S):
         assert await process.wait() == 2

@@ -1,0 +1,187 @@
+"""Killing the broker an admin client is connected to: the client's next calls go
+through the other broker.
+
+A cluster of this module's own (1 controller, brokers 101 and 102 at metadata.version
+3.7-IV4): the tests kill brokers, so they cannot share the suite's `cluster`. Every
+test restarts the broker it killed and waits until both are unfenced again.
+
+Each client is bootstrapped with both brokers, makes calls (so it holds connections
+to both, and knows which broker it sends controller calls to: every broker names
+itself the controller and forwards, KIP-590), then that broker, or the other one, is
+killed with SIGKILL. Only what the client gets back is asserted; every call is bounded
+by the client's own timeout, nothing sleeps.
+
+kafka-python 3.0.12 caches the controller id from a Metadata answer and looks it up
+again only when a call is answered NOT_CONTROLLER (`KafkaAdminClient.
+_send_request_to_controller`): while that broker is down, its controller calls fail
+inside the client (connection refused, then NodeNotReadyError during the reconnect
+backoff) without reaching any server, whatever the surviving broker would answer.
+The tests pin that down (no request was applied) beside the calls that do move to
+the survivor. librdkafka (confluent-kafka) asks for metadata again and moves all of
+its calls, controller calls included.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from contextlib import contextmanager
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as ConfluentNewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from kafka.errors import KafkaConnectionError, NodeNotReadyError
+
+from cli.upgrade_story import LocalCluster
+
+pytestmark = pytest.mark.e2e
+
+BROKERS = [101, 102]
+TIMEOUT_S = 10
+MV = "metadata.version"
+MV_3_7_IV4 = 19
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("broker_loss"), controllers=1, brokers=2,
+                           metadata_version="3.7-IV4")
+    try:
+        cluster.format()
+        for spec in cluster.specs:
+            cluster.start(spec.node_id)
+        cluster.wait_bootstrapped()
+        cluster.wait_unfenced(BROKERS)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+@contextmanager
+def killed(cluster: LocalCluster, broker_id: int):
+    """kill -9 `broker_id` (reaped before the body runs); restarted and unfenced after."""
+    cluster.stop(broker_id, kill=True)
+    try:
+        yield
+    finally:
+        cluster.start(broker_id)
+        cluster.wait_unfenced(BROKERS)
+
+
+def topic_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# --------------------------------------------------------------------------
+# kafka-python
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def kafka_python_admin(two_brokers):
+    admin = KafkaAdminClient(bootstrap_servers=two_brokers.broker_addresses, client_id="kraftwerk-e2e-loss",
+                             request_timeout_ms=TIMEOUT_S * 1000)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def connect_to_both(admin: KafkaAdminClient) -> None:
+    """A BROKER config resource is asked of that broker: afterwards the client holds a
+    connection to each (kafka-python's least-loaded choice prefers a connected node)."""
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, str(b)) for b in BROKERS])
+    assert set(described["broker"]) == {str(b) for b in BROKERS}
+
+
+def closed_event(admin: KafkaAdminClient, broker_id: int) -> threading.Event:
+    """Set once the client has seen its connection to `broker_id` end."""
+    event = threading.Event()
+    admin._manager._conns[broker_id].close_future.add_both(lambda _: event.set())
+    return event
+
+
+def test_kafka_python_moves_its_reads_and_keeps_its_writes_on_the_survivor_when_the_other_broker_dies(
+        two_brokers, kafka_python_admin):
+    admin = kafka_python_admin
+    before = topic_name("loss-kp-other")
+    admin.create_topics([NewTopic(before, 1, 1)])
+    connect_to_both(admin)
+    controller = admin._controller_id
+    assert controller in BROKERS
+    victim = next(b for b in BROKERS if b != controller)
+    seen_closed = closed_event(admin, victim)
+    with killed(two_brokers, victim):
+        assert seen_closed.wait(TIMEOUT_S), "the client never noticed its broker died"
+        assert admin.describe_cluster()["cluster_id"] == two_brokers.cluster_id
+        assert before in admin.list_topics()
+        assert admin.describe_features()[MV]["finalized"][1] == MV_3_7_IV4
+        # Its controller broker is alive: creating and deleting go on as before.
+        after = topic_name("loss-kp-other")
+        assert admin.create_topics([NewTopic(after, 1, 1)])["topics"][0]["error_code"] == 0
+        assert after in admin.list_topics()
+        admin.delete_topics([before, after])
+
+
+def test_kafka_python_moves_its_reads_but_not_its_controller_calls_when_its_controller_broker_dies(
+        two_brokers, kafka_python_admin):
+    admin = kafka_python_admin
+    before = topic_name("loss-kp-ctl")
+    admin.create_topics([NewTopic(before, 1, 1)])
+    connect_to_both(admin)
+    victim = admin._controller_id
+    assert victim in BROKERS
+    survivor = next(b for b in BROKERS if b != victim)
+    seen_closed = closed_event(admin, victim)
+    with killed(two_brokers, victim):
+        assert seen_closed.wait(TIMEOUT_S), "the client never noticed its broker died"
+        # Reads go to the least-loaded connected node: the survivor answers them.
+        description = admin.describe_cluster()
+        assert description["cluster_id"] == two_brokers.cluster_id
+        assert survivor in {b["broker_id"] for b in description["brokers"]}
+        assert before in admin.list_topics()
+        assert admin.describe_features()[MV]["finalized"][1] == MV_3_7_IV4
+        assert {node_id for node_id, conn in admin._manager._conns.items() if conn.connected} == {survivor}
+        # Controller calls stay on the cached, dead controller id: refused inside the client.
+        lost = topic_name("loss-kp-ctl")
+        with pytest.raises((KafkaConnectionError, NodeNotReadyError)) as refused:
+            admin.create_topics([NewTopic(lost, 1, 1)])
+        assert isinstance(refused.value, NodeNotReadyError) or "ECONNREFUSED" in str(refused.value)
+        # Nothing reached a server: the topic does not exist (the survivor says so).
+        assert lost not in admin.list_topics()
+        assert admin._controller_id == victim
+
+
+# --------------------------------------------------------------------------
+# confluent-kafka (librdkafka)
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("which", ["its controller broker", "the other broker"])
+def test_confluent_kafka_moves_every_call_to_the_survivor(two_brokers, which):
+    admin = AdminClient({"bootstrap.servers": two_brokers.broker_addresses, "client.id": "kraftwerk-e2e-loss",
+                         "socket.timeout.ms": TIMEOUT_S * 1000})
+    before = topic_name("loss-ck")
+    created = admin.create_topics([ConfluentNewTopic(before, 1, 1)], request_timeout=TIMEOUT_S)
+    assert created[before].result(timeout=TIMEOUT_S) is None
+    metadata = admin.list_topics(timeout=TIMEOUT_S)
+    assert set(metadata.brokers) == set(BROKERS)
+    controller = metadata.controller_id
+    assert controller in BROKERS
+    victim = controller if which == "its controller broker" else next(b for b in BROKERS if b != controller)
+    with killed(two_brokers, victim):
+        # The first call after the kill: librdkafka finds its way to the survivor itself.
+        assert admin.list_topics(timeout=TIMEOUT_S).cluster_id == two_brokers.cluster_id
+        description = admin.describe_cluster(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
+        assert description.cluster_id == two_brokers.cluster_id
+        after = topic_name("loss-ck")
+        created = admin.create_topics([ConfluentNewTopic(after, 1, 1)], request_timeout=TIMEOUT_S)
+        assert created[after].result(timeout=TIMEOUT_S) is None
+        # It was applied: the controller refuses the same name again.
+        again = admin.create_topics([ConfluentNewTopic(after, 1, 1)], request_timeout=TIMEOUT_S)
+        with pytest.raises(KafkaException) as exists:
+            again[after].result(timeout=TIMEOUT_S)
+        assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+        deleted = admin.delete_topics([before, after], request_timeout=TIMEOUT_S)
+        assert all(future.result(timeout=TIMEOUT_S) is None for future in deleted.values())
+
