@@ -410,8 +410,8 @@ class UpgradeStory:
             names = {60: "DescribeCluster", 57: "UpdateFeatures", 3: "Metadata", 55: "DescribeQuorum"}
             shown = ", ".join(f"{names.get(k, k)} {a[1] if a else '-'} -> {b[1] if b else '-'}"
                               for k, (a, b) in sorted(changed.items()))
-            self.say(f"  brokers now advertise to clients: {shown} (client connections were closed to "
-                     "make clients ask again)")
+            self.say(f"  brokers now advertise to clients: {shown} (open client connections keep "
+                     "working with what they were told; new ones see the new versions)")
         return self.record(f"upgraded to {target}", level=level, before=before, after=after,
                            unfenced=cluster.unfenced())
 

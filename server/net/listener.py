@@ -83,6 +83,13 @@ class PendingResponse:
 # Why a graceful close was asked for (Connection.close_reason).
 CLOSE_REQUESTED = "requested"
 CLOSE_STALE_API_VERSIONS = "stale_api_versions"
+# A close because a metadata.version change narrowed what a connection's ApiVersions
+# answer offered waits until the connection has been idle this long: the client reads
+# its last answer well before the end of the stream reaches it (kafka-python drops an
+# answer that arrives in the same read as the EOF), and a client that keeps sending is
+# never cut off between two requests. Its requests meanwhile are judged by what it was
+# told (UNSUPPORTED_VERSION for a version the change gated away).
+STALE_CLOSE_LINGER_S = 0.5
 
 
 class Connection:
@@ -147,8 +154,7 @@ class Connection:
         time keeps the connection open."""
         self.closing = True
         self.close_reason = reason
-        if self.idle and self.cancel_scope is not None:
-            self.cancel_scope.cancel()
+        self.close_if_done()
 
     def remember_advertised(self, ranges: dict[int, tuple[int, int]]) -> None:
         """ApiVersions told this client `ranges` (kept by reference: the node replaces,
@@ -163,12 +169,34 @@ class Connection:
         if self.closing and self.close_reason == CLOSE_STALE_API_VERSIONS:
             self.closing = False
             self.close_reason = None
+            if self.cancel_scope is not None:
+                self.cancel_scope.deadline = math.inf
             return True
         return False
 
     def close_if_done(self) -> None:
-        if self.closing and self.idle and self.cancel_scope is not None:
+        """Ends a closing connection once it is idle (a stale-answer close: once it has
+        been idle for STALE_CLOSE_LINGER_S)."""
+        if not (self.closing and self.idle and self.cancel_scope is not None):
+            return
+        if self.close_reason != CLOSE_STALE_API_VERSIONS:
             self.cancel_scope.cancel()
+        elif self.cancel_scope.deadline == math.inf:
+            self.cancel_scope.deadline = trio.current_time() + STALE_CLOSE_LINGER_S
+
+    def receiving(self) -> None:
+        """Bytes arrived: a lingering stale-answer close waits for the next idle moment."""
+        if self.closing and self.close_reason == CLOSE_STALE_API_VERSIONS and self.cancel_scope is not None:
+            self.cancel_scope.deadline = math.inf
+
+
+def within(told: dict[int, tuple[int, int]], current: dict[int, tuple[int, int]]) -> bool:
+    """Whether every version in `told` is still in `current`."""
+    for api_key, (low, high) in told.items():
+        now = current.get(api_key)
+        if now is None or now[0] > low or now[1] < high:
+            return False
+    return True
 
 
 class ConnectionRegistry:
@@ -200,18 +228,21 @@ class ConnectionRegistry:
         return len(conns)
 
     def close_stale(self, current: dict[int, tuple[int, int]]) -> int:
-        """After a metadata.version change: closes, gracefully, each connection whose
-        ApiVersions answer differs from `current` (the node's advertised ranges now);
+        """After a metadata.version change: closes, gracefully and after a linger
+        (STALE_CLOSE_LINGER_S of idleness), each connection whose ApiVersions answer
+        offered a version `current` (the node's advertised ranges now) no longer allows;
         returns how many it asked to close. Left open: connections that never asked
-        (they are judged by the current ranges anyway), whose answer is unchanged, or
+        (they are judged by the current ranges anyway), whose answer is still within
+        the current ranges (an upgrade only adds versions: everything the client may
+        send is still served, and closing would only race with its next request), or
         whose client renegotiates on its own. A pending stale close whose connection is
-        current again (the level moved back) is called off."""
+        within the current ranges again (the level moved back) is called off."""
         closed = called_off = 0
         for conn in list(self._open):
             told = conn.advertised
             if told is None or conn.renegotiates:
                 continue
-            if told != current:
+            if not within(told, current):
                 if not conn.closing:
                     conn.close(CLOSE_STALE_API_VERSIONS)
                     closed += 1
@@ -362,8 +393,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
     conn.decoder = decoder
     async with trio.open_nursery() as nursery:
         conn.cancel_scope = nursery.cancel_scope
-        if conn.closing:
-            nursery.cancel_scope.cancel()
+        conn.close_if_done()
         nursery.start_soon(_writer, conn, receive_channel, writer_done, in_flight, outbox,
                            nursery.cancel_scope.cancel, _setting(config, "request_timeout_ms") / 1000, count_timeout)
         # One idle scope for the whole connection, its deadline pushed forward
@@ -397,6 +427,8 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                     if idle.deadline - now < idle_seconds:
                         idle.deadline = now + idle_seconds + 1
                     frame_started_now = not decoder.in_frame
+                    if conn.closing:
+                        conn.receiving()
                     decoder.receive_data(data)
                     ready: list[bytes] = []
                     while True:
