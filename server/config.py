@@ -254,6 +254,9 @@ class ServerConfig:
     # controller.quorum.* with Kafka's defaults (FACTS §11).
     quorum_election_timeout_ms: int = 1_000
     quorum_fetch_timeout_ms: int = 2_000
+    # How long the Raft leader may hold a follower's or observer's fetch when the only
+    # news is a higher high watermark (the next records usually carry it sooner).
+    quorum_high_watermark_linger_ms: int = 5
     # kraftwerk's: share one append+fsync between concurrent writers (on by default).
     controller_group_commit: bool = True
     # Kafka's metadata.log.max.record.bytes.between.snapshots (20 MiB).
@@ -373,6 +376,7 @@ _KNOWN = {
     "controller.quorum.voters": ("quorum_voters", parse_voters),
     "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
     "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
+    "kraftwerk.quorum.high.watermark.linger.ms": ("quorum_high_watermark_linger_ms", int),
     "metadata.log.max.record.bytes.between.snapshots": ("metadata_snapshot_max_record_bytes", int),
     "controller.group.commit.enable": ("controller_group_commit", _bool),
     "process.roles": ("process_roles", _roles),

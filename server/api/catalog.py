@@ -74,6 +74,8 @@ from server.handlers import (
     update_features,
     update_metadata,
 )
+from server.handlers.read_barrier import after_read_barrier
+from server.handlers.standby import forwarded_when_standby
 from server.raft import rpc
 from server.authorization import AclOperation
 from server.security.api_rules import ALTER, CLUSTER_ACTION, DESCRIBE, NOTHING, PER_ITEM, ApiRule
@@ -124,6 +126,9 @@ class ApiSpec:
     before_authentication: bool = False
     # For APIs without a top-level error code: the code in every per-item result.
     error_builder: ErrorBuilder | None = None
+    # A read answered from the node's image that clients use to check their own writes:
+    # served after the node's read barrier (server/handlers/read_barrier.py), so async.
+    reads_image: bool = False
     # README's notes column.
     notes: str = ""
     name: str = field(init=False)
@@ -198,6 +203,7 @@ _SPECS = (
                   "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "
                   "validated; unknown versions get a v0 reply with UNSUPPORTED_VERSION."),
     ApiSpec(ApiKey.METADATA, 0, 12, metadata.handle, metadata.handle, zk_metadata.handle, rule=PER_ITEM,
+            reads_image=True,
             notes="Kafka's controllers do not serve it; kraftwerk does so clients can bootstrap. Controllers list "
                   "the controllers, brokers themselves and the unfenced brokers, a ZooKeeper-mode broker what "
                   "UpdateMetadata told it."),
@@ -209,7 +215,7 @@ _SPECS = (
             notes="Kafka's controller semantics and messages; validate-only; all-or-nothing; NOT_CONTROLLER on "
                   "standbys."),
     ApiSpec(ApiKey.DESCRIBE_CLUSTER, 0, 1, describe_cluster.handle, describe_cluster.handle,
-            describe_cluster.handle, rule=ApiRule(DESCRIBE, on_brokers=False),
+            describe_cluster.handle, rule=ApiRule(DESCRIBE, on_brokers=False), reads_image=True,
             # v1: EndpointType (KIP-919, controller registration at 3.7-IV0).
             gate={1: 15},
             notes="EndpointType 1 lists the controllers then the unfenced registered brokers (brokers: their own "
@@ -232,6 +238,7 @@ _SPECS = (
     ApiSpec(ApiKey.DELETE_TOPICS, 0, 6, delete_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_delete_topics_errors, notes="By name or topic id."),
     ApiSpec(ApiKey.DESCRIBE_CONFIGS, 0, 4, describe_configs.handle, describe_configs.handle, rule=PER_ITEM,
+            reads_image=True,
             notes="Topic configs from the image; the answering node's own broker configs with Kafka's sources "
                   "and synonyms, other brokers' dynamic configs; its loggers (BROKER_LOGGER)."),
     ApiSpec(ApiKey.CREATE_PARTITIONS, 0, 3, create_partitions.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
@@ -260,6 +267,7 @@ _SPECS = (
     ApiSpec(ApiKey.SASL_AUTHENTICATE, 0, 2, sasl_authenticate.handle, sasl_authenticate.handle, kind=_ASYNC,
             before_authentication=True, notes="No re-authentication (session lifetime 0)."),
     ApiSpec(ApiKey.DESCRIBE_ACLS, 1, 3, describe_acls.handle, describe_acls.handle, rule=ApiRule(DESCRIBE),
+            reads_image=True,
             notes="ACLs in the metadata log (brokers: from their image); SECURITY_DISABLED without an authorizer."),
     ApiSpec(ApiKey.CREATE_ACLS, 1, 3, create_acls.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
             error_builder=_without_version(create_acls.error_response),
@@ -268,10 +276,10 @@ _SPECS = (
             error_builder=_without_version(delete_acls.error_response),
             notes="ACLs in the metadata log; SECURITY_DISABLED without an authorizer."),
     ApiSpec(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, describe_user_scram_credentials.handle,
-            describe_user_scram_credentials.handle, rule=ApiRule(DESCRIBE),
+            describe_user_scram_credentials.handle, rule=ApiRule(DESCRIBE), reads_image=True,
             notes="SCRAM users in the metadata log (brokers: from their image)."),
     ApiSpec(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1, describe_client_quotas.handle, describe_client_quotas.handle,
-            rule=ApiRule(AclOperation.DESCRIBE_CONFIGS),
+            rule=ApiRule(AclOperation.DESCRIBE_CONFIGS), reads_image=True,
             error_builder=_without_version(describe_client_quotas.error_response),
             notes="Client quotas in the metadata log (brokers: from their image); Kafka's filter matching "
                   "(exact, default, any; strict)."),
@@ -353,6 +361,15 @@ def serve(spec: ApiSpec, role: NodeRole) -> ServedApi | None:
     if handler is None:
         return None
     kind = HandlerKind.ASYNC if handler is FORWARD else spec.kind
+    if spec.reads_image and role is not NodeRole.ZK_BROKER:
+        # A ZooKeeper-mode broker answers from what UpdateMetadata told it: no quorum to wait for.
+        if kind is not HandlerKind.SYNC:
+            raise ValueError(f"{spec.name}: reads_image wraps a sync handler")
+        handler, kind = after_read_barrier(handler), HandlerKind.ASYNC
+    elif role is NodeRole.CONTROLLER and spec.forwarded_by_brokers and kind is HandlerKind.ASYNC \
+            and spec.key != ApiKey.DESCRIBE_QUORUM:
+        # A standby relays the writes clients send it (DescribeQuorum relays itself).
+        handler = forwarded_when_standby(handler)
     request = spec.request
     low = request.version_range[0]
     versions = range(spec.max_version + 1)

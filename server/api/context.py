@@ -94,6 +94,14 @@ class AuthorizerView(Protocol):
     authorizer: "StandardAuthorizer | None"
 
 
+class ReadBarrier(Protocol):
+    """Reads answered from a node's image first wait (bounded) until it holds every
+    write the active controller had acknowledged (server/nodes/forwarding.py); at once
+    on the active controller."""
+
+    async def read_barrier(self) -> None: ...
+
+
 class NodeServices(NodeIdentity, FeatureViews, EndpointViews, AuthorizerView, Protocol):
     """What every node kind provides."""
 
@@ -105,7 +113,7 @@ class MetadataImage(Protocol):
     image: "ControllerState | None"
 
 
-class ServingServices(NodeServices, MetadataImage, Protocol):
+class ServingServices(NodeServices, MetadataImage, ReadBarrier, Protocol):
     """A node that replays the metadata log: a controller or a KRaft broker."""
 
 
@@ -145,15 +153,17 @@ class MigrationView(Protocol):
     def migration_write_lag(self) -> int: ...
 
 
-class ControllerServices(ServingServices, ControllerWrites, QuorumView, MigrationView, Protocol):
-    """A controller node."""
-
-
 class ControllerForwarding(Protocol):
-    """A broker relays controller APIs to the active controller."""
+    """A broker relays controller APIs to the active controller; so does a standby
+    controller with the writes clients send it."""
 
     async def forward_to_controller(self, api_key: int, version: int, request: Any,
                                     ctx: "RequestContext | None" = None) -> dict | None: ...
+
+
+class ControllerServices(ServingServices, ControllerWrites, QuorumView, MigrationView, ControllerForwarding,
+                         Protocol):
+    """A controller node."""
 
 
 class BrokerServices(ServingServices, ControllerForwarding, Protocol):

@@ -34,39 +34,27 @@ Rules kept here:
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 import trio
 from prometheus_client import Gauge
 
-from protocol.errors import DecodeError, ErrorCode
-from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES
 from server.api.catalog import NodeRole, served_table
 from server.broker.lifecycle import BrokerLifecycle, BrokerState
 from server.config import ServerConfig
-from server.controller.answers import (
-    COMMITTED_OFFSET_TAG,
-    FORWARD_ID_BYTES,
-    FORWARD_ID_TAG,
-    decode_offset,
-    tagged,
-    with_tag,
-)
 from server.controller.features import METADATA_VERSION, find_metadata_version, unsupported_finalized_levels
 from server.controller.replayer import Replayer
 from server.dispatch import Dispatcher
 from server.gating import GATES
-from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
+from server.net.peer import PeerAddress, PeerConnection
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity
-from server.api.errors import ApiError
-from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
 from server.api.context import BrokerServices
+from server.nodes.forwarding import Forwarder
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import StartupError
@@ -80,12 +68,6 @@ RENEGOTIATE_TIMEOUT_S = 5.0
 # often, at most this many times (within RENEGOTIATE_TIMEOUT_S in all).
 RENEGOTIATE_RETRY_S = 0.05
 RENEGOTIATE_ATTEMPTS = 100
-FORWARD_TIMEOUT_S = 10.0
-# How long a forwarded write's answer waits for this broker's image to reach the write
-# (read-your-writes through the same broker); past it the answer goes out anyway.
-READ_YOUR_WRITES_WAIT_S = 5.0
-# A forward that failed with the leader unchanged is tried again after this, at the latest.
-FORWARD_RETRY_S = 0.2
 METADATA_WAIT_S = 30.0
 
 
@@ -186,6 +168,7 @@ class BrokerNode(ServingNode, BrokerServices):
                 self.raft_driver, state, recovered.replay_from, self.supported_node_features,
                 node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
                 stop_on_unsupported_level=False)
+            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer)
         self._metadata_version = state.metadata_version
 
     def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
@@ -405,90 +388,11 @@ class BrokerNode(ServingNode, BrokerServices):
         # names itself and forwards the controller APIs.
         return self.config.node_id
 
-    # -- forwarding ------------------------------------------------------------------------
-    async def _forward_in_envelope(self, peer, api_key: int, version: int, request, ctx, forward_id: bytes):
-        """The controller's answer and its committed offset (None if it did not say).
-        Raises PeerUnavailable when the answer was lost or the peer is not the active
-        controller (any more): the caller asks again, under the same forward id, so a
-        write the controller applied is answered, not applied twice
-        (server/controller/idempotence.py)."""
-        inner = encode_request(api_key, version, ctx.correlation_id, ctx.client_id, dict(request))
-        envelope = await peer.request(ENVELOPE_KEY, with_tag({
-            "request_data": inner[4:],  # without the size prefix, as Kafka embeds it
-            "request_principal": serialize_principal(ctx.principal),
-            "client_host_address": address_bytes(ctx.client_host),
-        }, FORWARD_ID_TAG, forward_id), FORWARD_TIMEOUT_S, version=0)
-        if envelope.error_code == ErrorCode.NOT_CONTROLLER:
-            raise PeerUnavailable(f"controller {peer.address.node_id} is not the active controller")
-        if envelope.error_code != ErrorCode.NONE or envelope.response_data is None:
-            # Not retriable (this broker may not forward, or the request is not forwardable):
-            # the client gets the refusal in its own API's error shape (the dispatcher
-            # answers the ApiError with the API's catalog entry).
-            log.warning(Event.BROKER_FORWARD_FAILED, api_key=api_key, error_code=envelope.error_code,
-                        error="the controller refused the envelope")
-            raise ApiError(envelope.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
-                           f"the active controller refused this broker's forwarded request "
-                           f"(error {envelope.error_code})")
-        try:
-            response = decode_response(api_key, version, bytes(envelope.response_data))[1]
-        except DecodeError as exc:
-            raise PeerUnavailable(f"undecodable forwarded response: {exc}") from None
-        return response, decode_offset(tagged(envelope, COMMITTED_OFFSET_TAG))
-
+    # -- forwarding and reading (server/nodes/forwarding.py) --------------------------
     async def forward_to_controller(self, api_key: int, version: int, request, ctx=None) -> dict | None:
-        """Sends a client's request to the active controller and returns its answer
-        (None if no controller answered within FORWARD_TIMEOUT_S). With the client's
-        request context `ctx`, the request goes in an Envelope carrying the client's
-        principal and address whenever the controller serves Envelope.
+        """The active controller's answer to a client's request (None if none answered
+        in time); answered once this broker's image holds what it had replayed."""
+        return await self.forwarder.forward(api_key, version, request, ctx)
 
-        The active controller is whoever the quorum names now: a lost answer or a
-        NOT_CONTROLLER is asked again as soon as the Raft driver learns of a leader
-        change (or at once, if it already has). The answer goes back to the client only
-        once this broker's image holds everything the controller had committed when it
-        answered, so the client's next read here sees its own write."""
-        driver = self.raft_driver
-        forward_id = os.urandom(FORWARD_ID_BYTES)
-        with trio.move_on_after(FORWARD_TIMEOUT_S):
-            while True:
-                leader = driver.leader_id
-                peer = self._forward_peers.get(leader) if leader is not None else None
-                if peer is None or not peer.connected:
-                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
-                    continue
-                theirs = peer.api_versions.get(api_key)
-                if theirs is None:
-                    return None
-                use = min(version, theirs[1])
-                committed = None
-                try:
-                    if ctx is not None and ENVELOPE_KEY in peer.api_versions:
-                        response, committed = await self._forward_in_envelope(peer, api_key, use, request, ctx,
-                                                                              forward_id)
-                    else:
-                        response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
-                except (PeerUnavailable, trio.TooSlowError) as exc:
-                    log.info(Event.BROKER_FORWARD_FAILED, api_key=api_key, controller_id=leader, error=str(exc))
-                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
-                    continue
-                if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
-                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
-                    continue
-                if committed is not None:
-                    await self._wait_image_reaches(committed)
-                return response
-        return None
-
-    async def _wait_leader_change(self, leader: int | None, timeout_s: float) -> None:
-        """Until the Raft driver names a leader other than `leader` (at once if it
-        already does), at most `timeout_s`."""
-        driver = self.raft_driver
-        with trio.move_on_after(timeout_s):
-            while driver.leader_id == leader:
-                await driver.wait_changed()
-
-    async def _wait_image_reaches(self, offset: int) -> None:
-        with trio.move_on_after(READ_YOUR_WRITES_WAIT_S) as waited:
-            await self.replayer.wait_replayed(offset + 1)
-        if waited.cancelled_caught:
-            log.warning(Event.BROKER_FORWARD_FAILED, error="answered before this broker's image reached the write",
-                        offset=offset, replayed_end_offset=self.replayer.replayed_end_offset)
+    async def read_barrier(self) -> None:
+        await self.forwarder.read_barrier()

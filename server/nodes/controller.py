@@ -40,13 +40,14 @@ from server.dispatch import Dispatcher
 from server.migration.copy import migration_state_record
 from server.migration.driver import MigrationDriver
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.peer import PeerAddress
+from server.net.peer import PeerAddress, PeerConnection
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
 from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.exposure import warn_exposed_listeners
 from server.api.context import ControllerServices, RaftEndpoint
+from server.nodes.forwarding import Forwarder
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
@@ -151,6 +152,14 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 bootstrap_records=lambda: self._bootstrap_records,
                 group_commit=config.controller_group_commit,
             )
+            # A standby relays the writes clients send it to the active controller, and
+            # reads after it, over connections of its own (server/nodes/forwarding.py).
+            self._forward_peers = {}
+            for node_id, address in peers.items():
+                peer = PeerConnection(address, f"kraftwerk-controller-{config.node_id}-forward", random.Random())
+                peer.security = security
+                self._forward_peers[node_id] = peer
+            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer)
             if config.migration_enabled:
                 if not config.zookeeper_connect:
                     raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the "
@@ -221,6 +230,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                                                    registry=self.connections)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
+                for peer in self._forward_peers.values():
+                    await nursery.start(peer.run)
                 nursery.start_soon(self._fence_expired_brokers)
                 if self.migration is not None:
                     await nursery.start(self.migration.run)
@@ -330,6 +341,16 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             known[voter.node_id] = (None if ranges is None else
                                     {name: SupportedRange(lo, hi) for name, (lo, hi) in ranges.items()})
         return known
+
+    # -- a standby's relay to the active controller (server/nodes/forwarding.py) ---------
+    async def forward_to_controller(self, api_key: int, version: int, request, ctx=None) -> dict | None:
+        """The active controller's answer to a request a client sent this standby (None
+        if none answered in time, or this node leads now: it answers itself)."""
+        return await self.forwarder.forward(api_key, version, request, ctx)
+
+    async def read_barrier(self) -> None:
+        if not self.is_active_controller():
+            await self.forwarder.read_barrier()
 
     # -- write paths used by handlers -----------------------------------------
     async def submit(self, command, *, gated: bool = False):

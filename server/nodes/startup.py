@@ -135,6 +135,7 @@ def build_raft_driver(
     raft_config = RaftConfig(
         node_id=config.node_id, voters=voter_ids, cluster_id=cluster_id,
         election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
+        high_watermark_linger_ms=config.quorum_high_watermark_linger_ms,
     )
     store = FileQuorumStateStore(recovered.log_dir, cluster_id, voter_ids)
     driver = RaftDriver(raft_config, MetadataRaftLog(recovered.metadata_log), store, peers, rng,

@@ -1,0 +1,172 @@
+"""Relaying a client's request to the active controller, and reading after it.
+
+Owns: `Forwarder`, which a broker uses for every controller API a client sends it
+(KIP-590) and a standby controller for the writes a client sent it, and the read
+barrier both use before answering a read from their own image.
+
+Rules kept here:
+- The active controller is whoever the quorum names now (the node's Raft driver): a
+  forward whose answer was lost, or that the controller refused with NOT_CONTROLLER,
+  is sent again as soon as the driver names another leader (at the latest every
+  FORWARD_RETRY_S), under the same forward id, so a write the controller applied is
+  answered, never applied twice (server/controller/idempotence.py).
+- An answer goes back to the client only once this node's image holds everything the
+  controller had replayed when it answered (read-your-writes through the same node),
+  bounded by READ_YOUR_WRITES_WAIT_S.
+- Forwards and barriers use connections of their own (`peers`), never the Raft
+  driver's: that one carries a long-polled Fetch the leader may hold, and answers on
+  one connection leave in order.
+- The read barrier: a node that is not the active controller asks the leader how far
+  its image is (FinalizedFeaturesEpoch of an ApiVersions answer: the offset of the last
+  record it replayed, which covers every write it has acknowledged) and waits until its
+  own image is there. Bounded by READ_BARRIER_TIMEOUT_S: with no leader reachable the
+  read is answered from the image as it is (stale but available, as in Kafka).
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from protocol.api_keys import ApiKey
+from protocol.errors import DecodeError, ErrorCode
+from protocol.frames import decode_response, encode_request
+from server.api.errors import ApiError
+from server.controller.answers import (
+    COMMITTED_OFFSET_TAG,
+    FORWARD_ID_BYTES,
+    FORWARD_ID_TAG,
+    decode_offset,
+    tagged,
+    with_tag,
+)
+from server.controller.replayer import Replayer
+from server.net.peer import PeerConnection, PeerUnavailable
+from server.observability import Event, get_logger
+from server.raft.driver import RaftDriver
+from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
+
+log = get_logger("forwarding")
+
+FORWARD_TIMEOUT_S = 10.0
+# A forward that failed with the leader unchanged is tried again after this, at the latest.
+FORWARD_RETRY_S = 0.2
+# How long a forwarded write's answer waits for this node's image to reach the write;
+# past it the answer goes out anyway.
+READ_YOUR_WRITES_WAIT_S = 5.0
+# How long a read waits to learn the leader's offset and to replay up to it.
+READ_BARRIER_TIMEOUT_S = 1.0
+BARRIER_CLIENT = {"client_software_name": "kraftwerk-read-barrier", "client_software_version": "1"}
+
+
+class Forwarder:
+    def __init__(self, node_id: int, driver: RaftDriver, peers: dict[int, PeerConnection],
+                 replayer: Replayer) -> None:
+        self._node_id = node_id
+        self._driver = driver
+        self._peers = peers
+        self._replayer = replayer
+
+    # -- forwarding ----------------------------------------------------------------------
+    async def forward(self, api_key: int, version: int, request, ctx=None) -> dict | None:
+        """The active controller's answer to a client's request (None if no other node
+        led and answered within FORWARD_TIMEOUT_S, or this node became the leader:
+        the caller then answers itself). With the client's request context `ctx`, the
+        request goes in an Envelope carrying the client's principal and address
+        whenever the controller serves Envelope."""
+        driver = self._driver
+        forward_id = os.urandom(FORWARD_ID_BYTES)
+        with trio.move_on_after(FORWARD_TIMEOUT_S):
+            while True:
+                leader = driver.leader_id
+                if leader == self._node_id:
+                    return None
+                peer = self._peers.get(leader) if leader is not None else None
+                if peer is None or not peer.connected:
+                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
+                    continue
+                theirs = peer.api_versions.get(api_key)
+                if theirs is None:
+                    return None
+                use = min(version, theirs[1])
+                committed = None
+                try:
+                    if ctx is not None and ENVELOPE_KEY in peer.api_versions:
+                        response, committed = await self._forward_in_envelope(peer, api_key, use, request, ctx,
+                                                                              forward_id)
+                    else:
+                        response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
+                except (PeerUnavailable, trio.TooSlowError) as exc:
+                    log.info(Event.BROKER_FORWARD_FAILED, api_key=api_key, controller_id=leader, error=str(exc))
+                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
+                    continue
+                if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
+                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
+                    continue
+                if committed is not None:
+                    await self._wait_image_reaches(committed)
+                return response
+        return None
+
+    async def _forward_in_envelope(self, peer: PeerConnection, api_key: int, version: int, request, ctx,
+                                   forward_id: bytes):
+        """The controller's answer and its committed offset (None if it did not say).
+        Raises PeerUnavailable when the answer was lost or the peer is not the active
+        controller (any more): the caller asks again, under the same forward id."""
+        inner = encode_request(api_key, version, ctx.correlation_id, ctx.client_id, dict(request))
+        envelope = await peer.request(ENVELOPE_KEY, with_tag({
+            "request_data": inner[4:],  # without the size prefix, as Kafka embeds it
+            "request_principal": serialize_principal(ctx.principal),
+            "client_host_address": address_bytes(ctx.client_host),
+        }, FORWARD_ID_TAG, forward_id), FORWARD_TIMEOUT_S, version=0)
+        if envelope.error_code == ErrorCode.NOT_CONTROLLER:
+            raise PeerUnavailable(f"controller {peer.address.node_id} is not the active controller")
+        if envelope.error_code != ErrorCode.NONE or envelope.response_data is None:
+            # Not retriable (this node may not forward, or the request is not forwardable):
+            # the client gets the refusal in its own API's error shape (the dispatcher
+            # answers the ApiError with the API's catalog entry).
+            log.warning(Event.BROKER_FORWARD_FAILED, api_key=api_key, error_code=envelope.error_code,
+                        error="the controller refused the envelope")
+            raise ApiError(envelope.error_code or ErrorCode.UNKNOWN_SERVER_ERROR,
+                           f"the active controller refused this node's forwarded request "
+                           f"(error {envelope.error_code})")
+        try:
+            response = decode_response(api_key, version, bytes(envelope.response_data))[1]
+        except DecodeError as exc:
+            raise PeerUnavailable(f"undecodable forwarded response: {exc}") from None
+        return response, decode_offset(tagged(envelope, COMMITTED_OFFSET_TAG))
+
+    async def _wait_leader_change(self, leader: int | None, timeout_s: float) -> None:
+        """Until the Raft driver names a leader other than `leader` (at once if it
+        already does), at most `timeout_s`."""
+        driver = self._driver
+        with trio.move_on_after(timeout_s):
+            while driver.leader_id == leader:
+                await driver.wait_changed()
+
+    async def _wait_image_reaches(self, offset: int) -> None:
+        with trio.move_on_after(READ_YOUR_WRITES_WAIT_S) as waited:
+            await self._replayer.wait_replayed(offset + 1)
+        if waited.cancelled_caught:
+            log.warning(Event.BROKER_FORWARD_FAILED, error="answered before this node's image reached the write",
+                        offset=offset, replayed_end_offset=self._replayer.replayed_end_offset)
+
+    # -- reading -------------------------------------------------------------------------
+    async def read_barrier(self) -> None:
+        """Until this node's image holds everything the leader had replayed when asked
+        (see the module docstring); at once on the leader itself."""
+        leader = self._driver.leader_id
+        if leader is None or leader == self._node_id:
+            return
+        peer = self._peers.get(leader)
+        if peer is None or not peer.connected:
+            return
+        with trio.move_on_after(READ_BARRIER_TIMEOUT_S):
+            try:
+                answer = await peer.request(ApiKey.API_VERSIONS, BARRIER_CLIENT, READ_BARRIER_TIMEOUT_S, version=3)
+            except (PeerUnavailable, trio.TooSlowError):
+                return
+            offset = answer.finalized_features_epoch
+            if answer.error_code == ErrorCode.NONE and offset is not None and offset >= 0:
+                await self._replayer.wait_replayed(offset + 1)

@@ -1,0 +1,81 @@
+"""Every node answers like one server: a write acknowledged through any node (broker,
+standby or active controller) is seen by a read through any other node sent after the
+acknowledgement. Standby controllers relay the writes clients send them; reads wait for
+the node's image to reach the leader's (server/nodes/forwarding.py). Real processes:
+3 controllers and 2 brokers."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import trio
+
+from cli.upgrade_story import LocalCluster
+from protocol.errors import ErrorCode
+from server.client import KafkaClient
+
+pytestmark = pytest.mark.e2e
+
+TIMEOUT_S = 60
+CREATE_TOPICS, METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 19, 3, 32, 44
+TOPIC_RESOURCE, SET = 2, 0
+BROKERS = [101, 102]
+
+
+@pytest.fixture(scope="module")
+def five_nodes(tmp_path_factory):
+    # The leader holds high-watermark-only news for 300 ms, so every other node learns
+    # of a commit well after the leader has acknowledged it: only the read barrier (and
+    # the relay's own wait) can make its reads current.
+    cluster = LocalCluster(tmp_path_factory.mktemp("ryw"), controllers=3, brokers=2, metadata_version="3.7-IV4",
+                           extra={"kraftwerk.quorum.high.watermark.linger.ms": "300"})
+    try:
+        cluster.format()
+        for spec in cluster.specs:
+            cluster.start(spec.node_id)
+        cluster.wait_bootstrapped()
+        cluster.wait_unfenced(BROKERS)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+async def connect(cluster: LocalCluster, node_id: int) -> KafkaClient:
+    host, port = cluster.address(node_id).rsplit(":", 1)
+    return await KafkaClient.connect(host, int(port), client_id="kraftwerk-ryw")
+
+
+async def test_writes_through_any_node_are_read_back_through_any_other(five_nodes):
+    cluster = five_nodes
+    with trio.fail_after(TIMEOUT_S):
+        clients = {node_id: await connect(cluster, node_id) for node_id in (1, 2, 3, *BROKERS)}
+        try:
+            # Every ordered pair of nodes: the standbys relay writes to the leader; the
+            # leader's own answers are the ones the others are furthest behind.
+            for round_index, (writer, reader) in enumerate(itertools.permutations(clients, 2)):
+                name = f"ryw-{round_index}-{writer}-{reader}"
+                created = await clients[writer].request(CREATE_TOPICS, 7, {
+                    "topics": [{"name": name, "num_partitions": 2, "replication_factor": 1, "assignments": [],
+                                "configs": []}], "timeout_ms": 10_000, "validate_only": False})
+                assert created.topics[0].error_code == ErrorCode.NONE, (writer, created)
+                # No wait: each read is sent right after the write's acknowledgement.
+                metadata = await clients[reader].request(METADATA, 12, {
+                    "topics": [{"name": name}], "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False})
+                assert metadata.topics[0].error_code == ErrorCode.NONE, (writer, reader, metadata.topics[0])
+                assert len(metadata.topics[0].partitions) == 2
+                altered = await clients[writer].request(INCREMENTAL_ALTER_CONFIGS, 1, {
+                    "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name, "configs": [
+                        {"name": "retention.ms", "config_operation": SET, "value": str(1000 + round_index)}]}],
+                    "validate_only": False})
+                assert altered.responses[0].error_code == ErrorCode.NONE, (writer, altered)
+                configs = await clients[reader].request(DESCRIBE_CONFIGS, 4, {
+                    "resources": [{"resource_type": TOPIC_RESOURCE, "resource_name": name,
+                                   "configuration_keys": ["retention.ms"]}],
+                    "include_synonyms": False, "include_documentation": False})
+                values = {c.name: c.value for c in configs.results[0].configs}
+                assert values == {"retention.ms": str(1000 + round_index)}, (writer, reader, values)
+        finally:
+            for client in clients.values():
+                await client.aclose()
