@@ -25,13 +25,14 @@ Rules kept here:
 
 Differences from Kafka, on purpose:
 - Topic configs are checked against `TOPIC_CONFIGS` (name and type); broker configs
-  are not checked at all (Kafka's dynamic broker config catalogue is not modelled):
+  are not checked when written (as Kafka's controller, which leaves that to the broker):
   any name may be set on a broker resource, so configs copied from ZooKeeper always fit.
 - There is no `create.topic.policy`, no `delete.topic.enable=false` and no quota.
 - DescribeConfigs lists the topic catalogue with Kafka's defaults (source DEFAULT_CONFIG)
-  but not the broker-level synonyms; the answering node's own broker resource lists the
-  keys of `BROKER_CONFIGS` and its properties, other brokers only their dynamic configs
-  (Kafka refuses other ids).
+  but not the broker-level synonyms; the answering node's own broker resource lists every
+  key of Kafka's broker definition (`BROKER_CONFIGS`, generated from Kafka's own classes
+  into `broker_config_catalog`) and its properties, other brokers only their dynamic
+  configs (Kafka refuses other ids).
 """
 
 from __future__ import annotations
@@ -42,12 +43,14 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
 from protocol import metadata_records as mr
 from protocol.errors import ErrorCode
 from protocol.records import MetadataRecord, record
 from server.controller import features as ft
+from server.controller.broker_config_catalog import BROKER_CONFIG_CATALOG, BrokerConfigFact
 from server.controller.commands import ControllerResult
 from server.controller.state import (
     RESOURCE_BROKER,
@@ -773,38 +776,28 @@ def _describe_topic(state: ControllerState, name: str, include_synonyms: bool) -
     return entries
 
 
-# Broker configs kraftwerk reads from its own properties (or uses, like num.partitions),
-# with Kafka's type, Kafka's default (None: no default) and whether Kafka can change the
-# key dynamically (DescribeConfigs ReadOnly is its negation).
-BROKER_CONFIGS: Mapping[str, tuple[ConfigType, str | None, bool]] = {
-    "advertised.listeners": (ConfigType.STRING, None, True),
-    "broker.heartbeat.interval.ms": (ConfigType.INT, "2000", False),
-    "broker.rack": (ConfigType.STRING, None, False),
-    "broker.session.timeout.ms": (ConfigType.INT, "9000", False),
-    "connections.max.idle.ms": (ConfigType.LONG, "600000", False),
-    "controller.listener.names": (ConfigType.STRING, None, False),
-    "controller.quorum.election.timeout.ms": (ConfigType.INT, "1000", False),
-    "controller.quorum.fetch.timeout.ms": (ConfigType.INT, "2000", False),
-    "controller.quorum.voters": (ConfigType.LIST, "", False),
-    "default.replication.factor": (ConfigType.INT, "1", False),
-    "inter.broker.listener.name": (ConfigType.STRING, None, False),
-    "listener.security.protocol.map": (
-        ConfigType.STRING, "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT", True),
-    "listeners": (ConfigType.LIST, "PLAINTEXT://:9092", True),
-    "log.dirs": (ConfigType.STRING, None, False),
-    "max.connections": (ConfigType.INT, "2147483647", True),
-    "max.connections.per.ip": (ConfigType.INT, "2147483647", True),
-    "max.connections.per.ip.overrides": (ConfigType.STRING, "", True),
-    "metadata.log.dir": (ConfigType.STRING, None, False),
-    "metadata.log.max.record.bytes.between.snapshots": (ConfigType.LONG, "20971520", False),
-    "node.id": (ConfigType.INT, None, False),
-    "num.partitions": (ConfigType.INT, "1", False),
-    "process.roles": (ConfigType.LIST, None, False),
-    "queued.max.request.bytes": (ConfigType.LONG, "-1", False),
-    "sasl.mechanism.controller.protocol": (ConfigType.STRING, "GSSAPI", False),
-    "socket.request.max.bytes": (ConfigType.INT, "104857600", False),
-    "unstable.feature.versions.enable": (ConfigType.BOOLEAN, "false", False),
+# Kafka's broker configs (every key of its KafkaConfig definition, generated from the
+# pinned release by tools/gen_broker_configs.py): the keys Kafka's broker lists when
+# nobody set them, with Kafka's type, default and update mode. Where kraftwerk's node
+# behaves differently when a key is left unset, its own default replaces Kafka's, so
+# DEFAULT_CONFIG tells what the node really uses.
+_KRAFTWERK_DEFAULTS: Mapping[str, str] = {
+    # kraftwerk's controller listeners speak SASL/PLAIN unless told otherwise (no Kerberos).
+    "sasl.mechanism.controller.protocol": "PLAIN",
 }
+
+
+def _with_kraftwerk_default(fact: BrokerConfigFact, key: str) -> BrokerConfigFact:
+    return fact._replace(default=_KRAFTWERK_DEFAULTS[key]) if key in _KRAFTWERK_DEFAULTS else fact
+
+
+BROKER_CONFIGS: Mapping[str, BrokerConfigFact] = MappingProxyType({
+    key: _with_kraftwerk_default(fact, key) for key, fact in BROKER_CONFIG_CATALOG.items() if fact.listed})
+# Keys Kafka knows but lists only when someone set them (internal keys, the broker-level
+# replication quotas): typed and checked for sensitivity like the others.
+_UNLISTED_BROKER_CONFIGS: Mapping[str, BrokerConfigFact] = MappingProxyType({
+    key: fact for key, fact in BROKER_CONFIG_CATALOG.items() if not fact.listed})
+_LISTENER_PREFIX = re.compile(r"^listener\.name\.[^.]+\.(.+)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -818,38 +811,77 @@ class NodeConfigView:
     loggers: Mapping[str, str]
 
 
-def _sensitive(key: str) -> bool:
-    # Kafka's PASSWORD-typed keys; a JAAS config carries secrets too.
-    return "password" in key or key.endswith("sasl.jaas.config")
+def _broker_fact(key: str) -> BrokerConfigFact | None:
+    """Kafka's facts for a broker key; a listener-prefixed key
+    (listener.name.<listener>.<key>) is typed by the key it overrides, as Kafka types it."""
+    fact = BROKER_CONFIGS.get(key) or _UNLISTED_BROKER_CONFIGS.get(key)
+    if fact is not None:
+        return fact
+    match = _LISTENER_PREFIX.match(key)
+    if match is None:
+        return None
+    base = match.group(1)
+    fact = BROKER_CONFIGS.get(base) or _UNLISTED_BROKER_CONFIGS.get(base)
+    if fact is None and base.endswith(".sasl.jaas.config"):
+        # listener.name.<listener>.<mechanism>.sasl.jaas.config
+        fact = BROKER_CONFIGS.get("sasl.jaas.config")
+    if fact is None:
+        return None
+    # An override is dynamic only under its exact name in Kafka's lists, so it is not.
+    return fact._replace(default=None, has_default=False, dynamic="read-only", synonyms=(key, base))
+
+
+def _broker_entry(key: str, fact: BrokerConfigFact | None, synonyms: list[dict[str, Any]],
+                  include_synonyms: bool, untyped_sensitive: bool = True) -> dict[str, Any]:
+    """One BROKER config as Kafka's broker answers it: the value and source of the first
+    synonym (Kafka's order: by source, then by synonym, starting at the key itself);
+    Kafka treats a key it cannot type as sensitive (`untyped_sensitive`), and never shows
+    a sensitive value; read-only unless Kafka can change the key at run time."""
+    value, source = (synonyms[0]["value"], synonyms[0]["source"]) if synonyms else (None, SOURCE_DEFAULT_CONFIG)
+    sensitive = fact.sensitive if fact is not None else untyped_sensitive
+    if sensitive:
+        value = None
+        synonyms = [{**synonym, "value": None} for synonym in synonyms]
+    config_type = ConfigType.UNKNOWN if fact is None else ConfigType[fact.type]
+    entry = _described(key, value, source, config_type, synonyms, include_synonyms)
+    entry["read_only"] = fact is None or fact.dynamic == "read-only"
+    entry["is_sensitive"] = sensitive
+    return entry
+
+
+def _broker_synonyms(key: str, fact: BrokerConfigFact | None,
+                     layers: list[tuple[Mapping[str, str], int]]) -> list[dict[str, Any]]:
+    names = fact.synonyms if fact is not None else (key,)
+    synonyms = [{"name": name, "value": values[name], "source": source}
+                for values, source in layers for name in names if name in values]
+    if fact is not None:
+        synonyms += [{"name": name, "value": default.default, "source": SOURCE_DEFAULT_CONFIG}
+                     for name in names if (default := BROKER_CONFIGS.get(name)) is not None and default.has_default]
+    # Synonyms more specific than the key itself (log.retention.ms for log.retention.hours)
+    # are dropped until the key's own first entry, as Kafka does.
+    first = next((index for index, synonym in enumerate(synonyms) if synonym["name"] == key), len(synonyms))
+    return synonyms[first:]
 
 
 def _describe_own_broker(state: ControllerState, node: NodeConfigView,
                          include_synonyms: bool) -> list[dict[str, Any]]:
-    """This node's BROKER resource as Kafka's broker answers it: every key it knows,
-    valued by precedence dynamic per-broker > dynamic cluster default > static > default."""
+    """This node's BROKER resource as Kafka's broker answers it: every key of Kafka's
+    definition plus any other key set on it, valued by precedence dynamic per-broker >
+    dynamic cluster default > static > default."""
     own = state.configs(RESOURCE_BROKER, str(node.node_id))
     cluster_default = state.configs(RESOURCE_BROKER, "")
+    static = dict(node.static)
+    # Kafka fills broker.id from node.id (and node.id from broker.id) when only one is
+    # given, before anything reads the properties: both answer the node's id.
+    for given, filled in (("node.id", "broker.id"), ("broker.id", "node.id")):
+        if given in static and filled not in static:
+            static[filled] = static[given]
+    layers = [(own, SOURCE_DYNAMIC_BROKER_CONFIG), (cluster_default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
+              (static, SOURCE_STATIC_BROKER_CONFIG)]
     entries = []
-    for key in sorted(set(BROKER_CONFIGS) | set(node.static) | set(own) | set(cluster_default)):
-        config_type, default, dynamic = BROKER_CONFIGS.get(key, (ConfigType.UNKNOWN, None, True))
-        layers = [(own, SOURCE_DYNAMIC_BROKER_CONFIG), (cluster_default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
-                  (node.static, SOURCE_STATIC_BROKER_CONFIG)]
-        synonyms = [{"name": key, "value": values[key], "source": source}
-                    for values, source in layers if key in values]
-        if key in BROKER_CONFIGS:
-            synonyms.append({"name": key, "value": default, "source": SOURCE_DEFAULT_CONFIG})
-        value, source = synonyms[0]["value"], synonyms[0]["source"]
-        sensitive = _sensitive(key)
-        if sensitive:
-            value = None
-            synonyms = [{**synonym, "value": None} for synonym in synonyms]
-        # A key only the operator's properties name (kraftwerk does not model it) is not
-        # something Kafka would let a client change at run time unless it was set dynamically.
-        read_only = not dynamic or (key not in BROKER_CONFIGS and key not in own and key not in cluster_default)
-        entry = _described(key, value, source, config_type, synonyms, include_synonyms)
-        entry["read_only"] = read_only
-        entry["is_sensitive"] = sensitive
-        entries.append(entry)
+    for key in sorted(set(BROKER_CONFIGS) | set(static) | set(own) | set(cluster_default)):
+        fact = _broker_fact(key)
+        entries.append(_broker_entry(key, fact, _broker_synonyms(key, fact, layers), include_synonyms))
     return entries
 
 
@@ -873,19 +905,18 @@ def _node_resource_error(node: NodeConfigView, resource_type: int, resource_name
 
 
 def _describe_broker(state: ControllerState, name: str, include_synonyms: bool) -> list[dict[str, Any]]:
+    """Another broker's resource, or the cluster default (""): only what the image holds
+    for it (its own static properties are that node's to tell), typed from Kafka's
+    catalogue. Kafka's broker refuses other ids; kraftwerk answers them as a view of the
+    image, so a key it cannot type is shown as set rather than hidden."""
     cluster_default = state.configs(RESOURCE_BROKER, "")
     own = state.configs(RESOURCE_BROKER, name) if name != "" else {}
+    layers = [(own, SOURCE_DYNAMIC_BROKER_CONFIG), (cluster_default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)]
     entries = []
     for key in sorted(set(cluster_default) | set(own)):
-        synonyms = []
-        if key in own:
-            synonyms.append({"name": key, "value": own[key], "source": SOURCE_DYNAMIC_BROKER_CONFIG})
-        if key in cluster_default:
-            synonyms.append({"name": key, "value": cluster_default[key],
-                             "source": SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG})
-        value, source = (own[key], SOURCE_DYNAMIC_BROKER_CONFIG) if key in own else (
-            cluster_default[key], SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
-        entries.append(_described(key, value, source, ConfigType.UNKNOWN, synonyms, include_synonyms))
+        synonyms = [{"name": key, "value": values[key], "source": source} for values, source in layers
+                    if key in values]
+        entries.append(_broker_entry(key, _broker_fact(key), synonyms, include_synonyms, untyped_sensitive=False))
     return entries
 
 
