@@ -6,7 +6,8 @@ controller commands of bounded size inside one metadata transaction (KIP-868):
 
     BeginTransactionRecord(name="zk-migration")
       RegisterBrokerRecord(IsMigratingZkBroker)…  TopicRecord, PartitionRecord…
-      ConfigRecord…  FeatureLevelRecord…  ZkMigrationStateRecord(MIGRATION)
+      ConfigRecord…  ClientQuotaRecord…  UserScramCredentialRecord…
+      FeatureLevelRecord…  ZkMigrationStateRecord(MIGRATION)
     EndTransactionRecord
 
 A controller that dies before EndTransactionRecord is committed leaves an open
@@ -19,6 +20,12 @@ Rules kept here:
   their liveness comes from ZooKeeper, not heartbeats, until they restart in KRaft mode.
 - A partition's epoch is its leader epoch (ZooKeeper's partition-state znode version is
   not in the image; the leader epoch only grows, which is what an epoch must do).
+- Client quotas (/config/users, /config/clients, /config/users/<u>/clients, /config/ips)
+  become one ClientQuotaRecord per key, with Kafka's entity types (user, client-id, ip),
+  the names unsanitized and `<default>` as the null name. SCRAM entries of a user's znode
+  are no quotas: they become UserScramCredentialRecords, when the quorum's
+  metadata.version can hold them (3.5-IV2); below it they stay in ZooKeeper only and
+  the write-back keeps them there.
 - metadata.version is never copied: the KRaft quorum's, fixed at format time and checked
   by the preconditions, is the cluster's from now on. Other finalized features are
   copied when this controller knows them.
@@ -33,6 +40,8 @@ from typing import Iterator
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord, record
 from server.controller import features as ft
+from server.controller.state import SCRAM_IN_METADATA_LEVEL
+from server.security.model import ScramMechanism
 from server.migration.state import ZkMigrationState
 from server.migration.zk_sync import BROKER_RESOURCE, TOPIC_RESOURCE, kraft_broker_config_name
 from server.zk import paths as zp
@@ -132,6 +141,26 @@ def broker_config_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
                                             "name": key, "value": config.config[key]}, 0)
 
 
+def client_quota_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
+    quotas = image.client_quotas()
+    for entity in sorted(quotas, key=_entity_order):
+        data = [{"entity_type": entity_type, "entity_name": name} for entity_type, name in entity]
+        for key, value in sorted(quotas[entity].items()):
+            yield record(mr.CLIENT_QUOTA_RECORD, {"entity": data, "key": key, "value": value, "remove": False}, 0)
+
+
+def _entity_order(entity: zp.QuotaEntityKey) -> tuple:
+    return tuple((entity_type, name is not None, name or "") for entity_type, name in entity)
+
+
+def scram_records(image: zp.ZkClusterImage) -> Iterator[MetadataRecord]:
+    for (user, mechanism_name), credential in sorted(image.scram_credentials().items()):
+        yield record(mr.USER_SCRAM_CREDENTIAL_RECORD, {
+            "name": user, "mechanism": int(ScramMechanism.from_name(mechanism_name)), "salt": credential.salt,
+            "stored_key": credential.stored_key, "server_key": credential.server_key,
+            "iterations": credential.iterations}, 0)
+
+
 def feature_records(image: zp.ZkClusterImage, known_features: set[str]) -> Iterator[MetadataRecord]:
     if image.features is None:
         return
@@ -146,7 +175,7 @@ class CopyPlan:
     """The copy, ready to be proposed: brokers first (their epochs depend on offsets)."""
 
     brokers: tuple[ZkBrokerRegistration, ...]
-    records: tuple[MetadataRecord, ...]  # topics, partitions, configs, features
+    records: tuple[MetadataRecord, ...]  # topics, partitions, configs, quotas, SCRAM, features
 
     @property
     def total_records(self) -> int:
@@ -154,10 +183,16 @@ class CopyPlan:
         return len(self.brokers) + len(self.records) + 3
 
 
-def plan_copy(image: zp.ZkClusterImage, known_features: set[str]) -> CopyPlan:
+def plan_copy(image: zp.ZkClusterImage, known_features: set[str],
+              metadata_version: int | None = None) -> CopyPlan:
+    """The copy of `image`. SCRAM credentials are copied when `metadata_version` (the
+    quorum's) can hold them; None means it can. A bad quota or credential znode raises
+    `ZnodeDecodeError` naming it: nothing is copied (Kafka's migration stops too)."""
     brokers = tuple(ZkBrokerRegistration(broker_id, image.brokers[broker_id]) for broker_id in sorted(image.brokers))
-    records = tuple(topic_records(image)) + tuple(broker_config_records(image)) + tuple(
-        feature_records(image, known_features))
+    with_scram = metadata_version is None or metadata_version >= SCRAM_IN_METADATA_LEVEL
+    records = (tuple(topic_records(image)) + tuple(broker_config_records(image))
+               + tuple(client_quota_records(image)) + (tuple(scram_records(image)) if with_scram else ())
+               + tuple(feature_records(image, known_features)))
     return CopyPlan(brokers, records)
 
 

@@ -66,9 +66,12 @@ from server.migration.zk_sync import (
     Scope,
     ZkWrite,
     desired_broker_configs,
+    desired_client_quotas,
     desired_features,
     desired_topics,
+    image_holds_scram,
     plan_writes,
+    quota_entities_written,
     touched_scope,
 )
 from server.observability import Event, get_logger
@@ -117,10 +120,23 @@ class ZkMirror:
     topic_configs: dict[str, zp.ConfigZnode] = field(default_factory=dict)
     broker_configs: dict[str, zp.ConfigZnode] = field(default_factory=dict)
     features: zp.FeaturesZnode | None = None
+    quota_configs: dict[str, zp.ConfigZnode] = field(default_factory=dict)
+    user_client_parents: set[str] = field(default_factory=set)
 
     @classmethod
     def of(cls, image: zp.ZkClusterImage) -> "ZkMirror":
-        return cls(dict(image.topics), dict(image.topic_configs), dict(image.broker_configs), image.features)
+        return cls(dict(image.topics), dict(image.topic_configs), dict(image.broker_configs), image.features,
+                   dict(image.quota_configs), set(image.user_client_parents))
+
+    def apply_quotas(self, scope: Scope, quotas, keep_zk_scram: bool) -> None:
+        """After a successful multi for `scope`: the quota znodes hold the desired configs."""
+        names = set(quotas) | set(self.quota_configs) if scope.everything else scope.quota_entities
+        written = quota_entities_written(names, quotas, self.quota_configs, keep_zk_scram)
+        self.quota_configs.update(written)
+        for entity_path in written:
+            parts = entity_path.split("/")
+            if len(parts) == 4:
+                self.user_client_parents.add(parts[1])
 
     def apply(self, scope: Scope, topics, broker_configs, features) -> None:
         """After a successful multi for `scope`: ZooKeeper now holds the desired state."""
@@ -341,7 +357,9 @@ class MigrationDriver:
         """The parents every dual write creates under (a ZooKeeper-mode cluster has them;
         a multi cannot create parents)."""
         for root in (zp.TOPICS_PATH, zp.config_entity_type_path(zp.CONFIG_TOPICS),
-                     zp.config_entity_type_path(zp.CONFIG_BROKERS), CONFIG_CHANGES_PATH):
+                     zp.config_entity_type_path(zp.CONFIG_BROKERS), zp.config_entity_type_path(zp.CONFIG_USERS),
+                     zp.config_entity_type_path(zp.CONFIG_CLIENTS), zp.config_entity_type_path(zp.CONFIG_IPS),
+                     CONFIG_CHANGES_PATH):
             await zk.ensure_path(root)
 
     async def _submit(self, command, *, transactional: bool = False) -> ControllerResult:
@@ -477,7 +495,7 @@ class MigrationDriver:
     async def _copy(self, zk: ZkSession, epoch: int) -> None:
         image = await self._retrying("read ZooKeeper", lambda: trio.to_thread.run_sync(self._read_zookeeper, self.zk_hosts))
         known = set(self.node.supported_node_features)
-        plan = mcopy.plan_copy(image, known)
+        plan = mcopy.plan_copy(image, known, self.node.state.metadata_version)
         log.info(Event.MIGRATION_COPY_STARTED, brokers=len(plan.brokers), topics=len(image.topics),
                  partitions=image.partition_count(), records=plan.total_records)
         started = trio.current_time()
@@ -581,13 +599,19 @@ class MigrationDriver:
                                         None if scope.everything else scope.topics)
                 broker_configs = desired_broker_configs(state, None if scope.everything else scope.broker_configs)
                 features = desired_features(state)
+                quotas = desired_client_quotas(state, None if scope.everything else scope.quota_entities)
+                keep_zk_scram = not image_holds_scram(state)
                 writes = plan_writes(scope, desired_topics=topics, desired_broker_configs=broker_configs,
                                      desired_features=features, actual_topics=self._mirror.topics,
                                      actual_topic_configs=self._mirror.topic_configs,
                                      actual_broker_configs=self._mirror.broker_configs,
-                                     actual_features=self._mirror.features)
+                                     actual_features=self._mirror.features, desired_quotas=quotas,
+                                     actual_quotas=self._mirror.quota_configs,
+                                     actual_user_client_parents=frozenset(self._mirror.user_client_parents),
+                                     keep_zk_scram=keep_zk_scram)
                 await self._write(zk, epoch, writes, last_offset)
                 self._mirror.apply(scope, topics, broker_configs, features)
+                self._mirror.apply_quotas(scope, quotas, keep_zk_scram)
                 if writes:
                     log.debug(Event.MIGRATION_DUAL_WRITE, writes=len(writes), last_offset=last_offset)
                 self._signal_progress()

@@ -1,7 +1,7 @@
 """What ZooKeeper must hold for a KRaft image, and the writes that make it so (pure).
 
-Owns: the mapping from the controller's image (topics, partitions, configs, finalized
-features) to Kafka's ZooKeeper layout (server/zk/paths.py), and `plan_writes`, the
+Owns: the mapping from the controller's image (topics, partitions, configs, client
+quotas, SCRAM credentials, finalized features) to Kafka's ZooKeeper layout (server/zk/paths.py), and `plan_writes`, the
 difference between what ZooKeeper holds and what it should hold, as an ordered list of
 `ZkWrite`s for one ZooKeeper multi.
 
@@ -19,6 +19,12 @@ Rules kept here:
   holds).
 - A partition state is equal when leader, leader epoch and ISR are; its controller
   epoch is the ZooKeeper controller epoch of the writer and does not make it differ.
+- A client quota entity's znode holds its quotas and, for a user, its SCRAM
+  credentials; quotas compare as numbers, so "1024" and "1024.0" are equal and a
+  znode is only written when a value really differs. An entity whose last quota goes
+  keeps an empty znode (as Kafka's dual write leaves it), created parents included.
+  When the image cannot hold SCRAM credentials (metadata.version below 3.5-IV2), the
+  ones ZooKeeper holds are kept as they are.
 - Creates come parents first; deletes children first; every write of one scope goes
   into one multi, with the `/migration` check and update added by the caller.
 """
@@ -29,6 +35,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from server.controller.state import SCRAM_IN_METADATA_LEVEL
+from server.security.model import ScramMechanism
 from server.zk import paths as zp
 
 TOPIC_RESOURCE = 2
@@ -66,6 +74,7 @@ class Scope:
     topics: frozenset[str] = frozenset()
     broker_configs: frozenset[str] = frozenset()  # ZooKeeper names ("<default>" or the id)
     features: bool = False
+    quota_entities: frozenset[str] = frozenset()  # entity paths (zp.quota_entity_path)
 
     @staticmethod
     def all() -> "Scope":
@@ -127,6 +136,55 @@ def desired_broker_configs(state, names: Iterable[str] | None = None) -> dict[st
     return out
 
 
+def image_holds_scram(state) -> bool:
+    """Whether the image carries SCRAM credentials (else ZooKeeper's are kept)."""
+    return state.metadata_version >= SCRAM_IN_METADATA_LEVEL
+
+
+def _desired_quota_config(quotas: Mapping[str, float], scram: Mapping[str, str]) -> dict[str, str]:
+    config = {key: zp.quota_value_text(quotas[key]) for key in sorted(quotas)}
+    config.update(sorted(scram.items()))
+    return config
+
+
+def _scram_text(credential) -> str:
+    return zp.ScramCredentialText(credential.salt, credential.stored_key, credential.server_key,
+                                  credential.iterations).encode()
+
+
+def desired_client_quotas(state, entity_paths: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+    """Entity path -> the config its znode should hold (quotas, and a user's SCRAM
+    credentials when the image holds them), for every entity of the image or only
+    `entity_paths`; entities with nothing to hold are left out."""
+    quotas = state.client_quotas()
+    scram: dict[str, dict[str, str]] = {}
+    if image_holds_scram(state):
+        for (user, mechanism), credential in state.scram_credentials().items():
+            path = zp.quota_entity_path(((zp.QUOTA_USER, user),))
+            scram.setdefault(path, {})[ScramMechanism(mechanism).mechanism_name] = _scram_text(credential)
+    if entity_paths is None:
+        by_path = {}
+        for entity in quotas:
+            try:
+                by_path[zp.quota_entity_path(entity)] = entity
+            except ValueError:
+                continue  # a combination ZooKeeper has no znode for (the controller refuses them)
+        paths = set(by_path) | set(scram)
+    else:
+        by_path = {}
+        for path in entity_paths:
+            by_path[path] = zp.parse_quota_entity_path(path)
+        paths = set(by_path)
+    out: dict[str, dict[str, str]] = {}
+    for path in paths:
+        entity = by_path.get(path)
+        values = quotas.get(entity, {}) if entity is not None else {}
+        config = _desired_quota_config(values, scram.get(path, {}))
+        if config:
+            out[path] = config
+    return out
+
+
 def desired_features(state) -> zp.FeaturesZnode:
     levels = state.all_finalized_levels()
     return zp.FeaturesZnode(
@@ -154,6 +212,75 @@ def _config_change_notification(entity_path: str) -> ZkWrite:
     # /config/changes/config_change_<seq>, {"version":2,"entity_path":"topics/t"}).
     data = b'{"version":2,"entity_path":"' + entity_path.encode() + b'"}'
     return ZkWrite("create", "/config/changes/config_change_", data, sequential=True)
+
+
+def _same_quota_config(have: zp.ConfigZnode, want: Mapping[str, str]) -> bool:
+    try:
+        have_values = zp.quota_values(have)
+    except zp.ZnodeDecodeError:
+        return False  # not numbers: rewrite it with the image's values
+    want_znode = zp.ConfigZnode(dict(want))
+    return have_values == zp.quota_values(want_znode) and zp.scram_entries(have) == zp.scram_entries(want_znode)
+
+
+def _wanted_quota_config(entity_path: str, desired: Mapping[str, Mapping[str, str]],
+                         have: zp.ConfigZnode | None, keep_zk_scram: bool) -> dict[str, str]:
+    want = dict(desired.get(entity_path, {}))
+    if keep_zk_scram:
+        want = {key: value for key, value in want.items() if key not in zp.SCRAM_MECHANISM_NAMES}
+        if have is not None:
+            want.update(zp.scram_entries(have))
+    return want
+
+
+def _quota_writes(names: Iterable[str], desired: Mapping[str, Mapping[str, str]],
+                  actual: Mapping[str, zp.ConfigZnode], actual_parents: frozenset[str],
+                  keep_zk_scram: bool) -> list[ZkWrite]:
+    writes: list[ZkWrite] = []
+    created: set[str] = set()
+    for entity_path in sorted(names):
+        have = actual.get(entity_path)
+        want = _wanted_quota_config(entity_path, desired, have, keep_zk_scram)
+        path = zp.quota_config_path(entity_path)
+        if have is None:
+            if not want:
+                continue
+            parts = entity_path.split("/")
+            if len(parts) == 4:  # users/<u>/clients/<c>: its parents may not exist yet
+                user_entity = f"{zp.CONFIG_USERS}/{parts[1]}"
+                if user_entity not in actual and user_entity not in created:
+                    writes.append(ZkWrite("create", zp.quota_config_path(user_entity), zp.ConfigZnode({}).encode()))
+                    created.add(user_entity)
+                if parts[1] not in actual_parents and zp.user_clients_path(parts[1]) not in created:
+                    writes.append(ZkWrite("create", zp.user_clients_path(parts[1])))
+                    created.add(zp.user_clients_path(parts[1]))
+            writes.append(ZkWrite("create", path, zp.ConfigZnode(want).encode()))
+            created.add(entity_path)
+        elif _same_quota_config(have, want):
+            continue
+        else:
+            writes.append(ZkWrite("set", path, zp.ConfigZnode(want).encode()))
+        writes.append(_config_change_notification(entity_path))
+    return writes
+
+
+def quota_entities_written(names: Iterable[str], desired: Mapping[str, Mapping[str, str]],
+                           actual: Mapping[str, zp.ConfigZnode], keep_zk_scram: bool) -> dict[str, zp.ConfigZnode]:
+    """What ZooKeeper holds for `names` (and the parents `_quota_writes` creates) once
+    the writes planned for them succeeded: the mirror's update."""
+    out: dict[str, zp.ConfigZnode] = {}
+    for entity_path in sorted(names):  # the order of `_quota_writes`: a user before its clients
+        have = actual.get(entity_path)
+        want = _wanted_quota_config(entity_path, desired, have, keep_zk_scram)
+        if have is None and not want:
+            continue
+        out[entity_path] = zp.ConfigZnode(want) if have is None or not _same_quota_config(have, want) else have
+        parts = entity_path.split("/")
+        if have is None and len(parts) == 4:
+            user_entity = f"{zp.CONFIG_USERS}/{parts[1]}"
+            if user_entity not in actual and user_entity not in out:
+                out[user_entity] = zp.ConfigZnode({})
+    return out
 
 
 def _delete_topic(name: str, actual: zp.ZkTopicImage | None, config_exists: bool) -> list[ZkWrite]:
@@ -224,17 +351,26 @@ def plan_writes(
     actual_topic_configs: Mapping[str, zp.ConfigZnode],
     actual_broker_configs: Mapping[str, zp.ConfigZnode],
     actual_features: zp.FeaturesZnode | None,
+    desired_quotas: Mapping[str, Mapping[str, str]] | None = None,
+    actual_quotas: Mapping[str, zp.ConfigZnode] | None = None,
+    actual_user_client_parents: frozenset[str] = frozenset(),
+    keep_zk_scram: bool = False,
 ) -> list[ZkWrite]:
     """The writes that make ZooKeeper hold the desired state within `scope`.
 
     `actual_*` must hold what ZooKeeper has for (at least) everything in scope: a
-    missing key means "absent in ZooKeeper"."""
+    missing key means "absent in ZooKeeper". `keep_zk_scram`: the image holds no SCRAM
+    credentials, so the users' znodes keep the ones they have."""
+    desired_quotas = desired_quotas or {}
+    actual_quotas = actual_quotas or {}
     writes: list[ZkWrite] = []
     if scope.everything:
         topic_names: Iterable[str] = set(desired_topics) | set(actual_topics) | set(actual_topic_configs)
         broker_names: Iterable[str] = set(desired_broker_configs) | set(actual_broker_configs)
+        quota_names: Iterable[str] = set(desired_quotas) | set(actual_quotas)
     else:
         topic_names, broker_names = scope.topics, scope.broker_configs
+        quota_names = scope.quota_entities
     for name in sorted(topic_names):
         want = desired_topics.get(name)
         if want is None:
@@ -255,6 +391,7 @@ def plan_writes(
         elif dict(have.config) != dict(want_config):
             writes.append(ZkWrite("set", path, zp.ConfigZnode(dict(want_config)).encode()))
             writes.append(_config_change_notification(f"brokers/{name}"))
+    writes += _quota_writes(quota_names, desired_quotas, actual_quotas, actual_user_client_parents, keep_zk_scram)
     if scope.features and desired_features is not None:
         if actual_features is None:
             writes.append(ZkWrite("create", zp.FEATURES_PATH, desired_features.encode()))
@@ -274,6 +411,7 @@ def touched_scope(records: Iterable, topic_names: dict[uuid.UUID, str]) -> Scope
     still be named once the image has forgotten the topic."""
     topics: set[str] = set()
     broker_configs: set[str] = set()
+    quota_entities: set[str] = set()
     features = False
     for record in records:
         name = record.name
@@ -290,6 +428,15 @@ def touched_scope(records: Iterable, topic_names: dict[uuid.UUID, str]) -> Scope
                 topics.add(data["resource_name"])
             elif data["resource_type"] == BROKER_RESOURCE:
                 broker_configs.add(zk_broker_config_name(data["resource_name"]))
+        elif name == "ClientQuotaRecord":
+            entity = tuple(sorted((e["entity_type"], e["entity_name"]) for e in data["entity"]))
+            try:
+                quota_entities.add(zp.quota_entity_path(entity))
+            except ValueError:
+                pass  # a combination ZooKeeper has no znode for (the controller refuses them)
+        elif name in ("UserScramCredentialRecord", "RemoveUserScramCredentialRecord"):
+            quota_entities.add(zp.quota_entity_path(((zp.QUOTA_USER, data["name"]),)))
         elif name == "FeatureLevelRecord":
             features = True
-    return Scope(topics=frozenset(topics), broker_configs=frozenset(broker_configs), features=features)
+    return Scope(topics=frozenset(topics), broker_configs=frozenset(broker_configs), features=features,
+                 quota_entities=frozenset(quota_entities))

@@ -1,8 +1,10 @@
 """Kafka's ZooKeeper znodes: their paths and JSON layouts, as pure values.
 
 Owns: the path constants and helpers (`broker_path`, `topic_path`,
-`partition_state_path`, `config_path`, ...), one frozen dataclass per znode kind with
-`encode() -> bytes` and `decode(bytes)`, the `ZkClusterImage` that `server/zk/seed.py`
+`partition_state_path`, `config_path`, `quota_entity_path`, ...), one frozen dataclass
+per znode kind with `encode() -> bytes` and `decode(bytes)`, the client quota and SCRAM
+layouts of the users/clients/ips config znodes (Kafka's sanitized entity names,
+`<default>`, the SCRAM credential text), the `ZkClusterImage` that `server/zk/seed.py`
 reads a whole ZooKeeper-mode cluster into, and `ZnodeDecodeError`.
 
 Rules kept here:
@@ -20,10 +22,14 @@ Rules kept here:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import math
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from decimal import Decimal
 from enum import IntEnum
 from typing import Any, Mapping
 
@@ -602,6 +608,190 @@ class MigrationZnode:
 
 
 # --------------------------------------------------------------------------
+# Client quotas and SCRAM credentials: /config/users, /config/clients, /config/ips
+# --------------------------------------------------------------------------
+
+# Kafka's ZooKeeper names the default entity of a type "<default>"; KRaft names it null.
+ZK_DEFAULT_ENTITY = "<default>"
+# Kafka's client quota entity types (ClientQuotaEntity) and their ZooKeeper config types.
+QUOTA_USER, QUOTA_CLIENT_ID, QUOTA_IP = "user", "client-id", "ip"
+CONFIG_USERS, CONFIG_CLIENTS, CONFIG_IPS = "users", "clients", "ips"
+# A user's config znode also holds its SCRAM credentials under the mechanism names.
+SCRAM_MECHANISM_NAMES = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+# (entity type, name or None for the default) pairs sorted by type: the same shape as the
+# controller's QuotaEntity, without depending on the controller.
+QuotaEntityKey = tuple[tuple[str, "str | None"], ...]
+
+# Characters Java's URLEncoder keeps as they are; Kafka's Sanitizer percent-encodes the
+# rest (UTF-8 bytes, upper-case hex), a space and '*' included.
+_URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+
+
+def sanitize_entity_name(name: str) -> str:
+    """A user or client-id as Kafka spells it in a znode name (Sanitizer.sanitize)."""
+    return "".join(chr(byte) if byte in _URL_SAFE else f"%{byte:02X}" for byte in name.encode("utf-8"))
+
+
+def desanitize_entity_name(text: str) -> str:
+    """A znode name back to the user or client-id (Sanitizer.desanitize: URL decoding, so
+    '+' is a space too). A malformed escape raises `ZnodeDecodeError`."""
+    out = bytearray()
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "%":
+            pair = text[index + 1:index + 3]
+            if len(pair) != 2 or not all(c in "0123456789abcdefABCDEF" for c in pair):
+                raise ZnodeDecodeError(f"quota entity name {text!r}: malformed %-escape")
+            out.append(int(pair, 16))
+            index += 3
+            continue
+        out += b" " if char == "+" else char.encode("utf-8")
+        index += 1
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ZnodeDecodeError(f"quota entity name {text!r}: escapes are not UTF-8") from None
+
+
+def _zk_entity_name(entity_type: str, name: str | None) -> str:
+    if name is None:
+        return ZK_DEFAULT_ENTITY
+    # Kafka sanitizes users and client-ids, never ip addresses.
+    return name if entity_type == QUOTA_IP else sanitize_entity_name(name)
+
+
+def _kraft_entity_name(entity_type: str, zk_name: str) -> str | None:
+    if zk_name == ZK_DEFAULT_ENTITY:
+        return None
+    return zk_name if entity_type == QUOTA_IP else desanitize_entity_name(zk_name)
+
+
+def quota_entity_path(entity: QuotaEntityKey) -> str:
+    """Kafka's entity path of a quota entity, relative to /config (also the change
+    notification's entity_path): users/<u>, clients/<c>, users/<u>/clients/<c>, ips/<ip>.
+    ValueError for a combination Kafka has no znode for."""
+    names = dict(entity)
+    if set(names) == {QUOTA_USER}:
+        return f"{CONFIG_USERS}/{_zk_entity_name(QUOTA_USER, names[QUOTA_USER])}"
+    if set(names) == {QUOTA_CLIENT_ID}:
+        return f"{CONFIG_CLIENTS}/{_zk_entity_name(QUOTA_CLIENT_ID, names[QUOTA_CLIENT_ID])}"
+    if set(names) == {QUOTA_USER, QUOTA_CLIENT_ID}:
+        return (f"{CONFIG_USERS}/{_zk_entity_name(QUOTA_USER, names[QUOTA_USER])}/{CONFIG_CLIENTS}/"
+                f"{_zk_entity_name(QUOTA_CLIENT_ID, names[QUOTA_CLIENT_ID])}")
+    if set(names) == {QUOTA_IP}:
+        return f"{CONFIG_IPS}/{_zk_entity_name(QUOTA_IP, names[QUOTA_IP])}"
+    raise ValueError(f"no ZooKeeper path for quota entity {entity!r}")
+
+
+def parse_quota_entity_path(entity_path: str) -> QuotaEntityKey:
+    """An entity path (as `quota_entity_path` writes it) back to the entity."""
+    parts = entity_path.split("/")
+    if any(part == "" for part in parts):
+        raise ZnodeDecodeError(f"{entity_path!r} has an empty component")
+    if len(parts) == 2 and parts[0] == CONFIG_USERS:
+        pairs = [(QUOTA_USER, _kraft_entity_name(QUOTA_USER, parts[1]))]
+    elif len(parts) == 2 and parts[0] == CONFIG_CLIENTS:
+        pairs = [(QUOTA_CLIENT_ID, _kraft_entity_name(QUOTA_CLIENT_ID, parts[1]))]
+    elif len(parts) == 4 and parts[0] == CONFIG_USERS and parts[2] == CONFIG_CLIENTS:
+        pairs = [(QUOTA_USER, _kraft_entity_name(QUOTA_USER, parts[1])),
+                 (QUOTA_CLIENT_ID, _kraft_entity_name(QUOTA_CLIENT_ID, parts[3]))]
+    elif len(parts) == 2 and parts[0] == CONFIG_IPS:
+        pairs = [(QUOTA_IP, _kraft_entity_name(QUOTA_IP, parts[1]))]
+    else:
+        raise ZnodeDecodeError(f"{entity_path!r} is not a client quota entity path")
+    return tuple(sorted(pairs))
+
+
+def quota_config_path(entity_path: str) -> str:
+    """The config znode of an entity path: /config/<entity path>."""
+    return f"{CONFIG_PATH}/{entity_path}"
+
+
+def user_clients_path(zk_user: str) -> str:
+    """`/config/users/<u>/clients`, the parent of a user's per-client quota znodes."""
+    return f"{config_path(CONFIG_USERS, zk_user)}/{CONFIG_CLIENTS}"
+
+
+def _java_double_text(value: float) -> str:
+    """Java's Double.toString for a finite double: decimal in [1e-3, 1e7), else
+    scientific with 'E' (both with the shortest digits that read back the same)."""
+    if value == 0.0 or 1e-3 <= abs(value) < 1e7:
+        return repr(value)
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    power = len(digits) - 1 + exponent
+    mantissa = text[0] + "." + (text[1:] or "0")
+    return ("-" if sign else "") + f"{mantissa}E{power}"
+
+
+def quota_value_text(value: float) -> str:
+    """A quota value as the config znode holds it. Whole values are written as integers
+    (how Kafka writes its integer-typed keys, and a double key reads "25" as 25.0);
+    others as Java prints a double."""
+    if math.isfinite(value) and value == int(value) and abs(value) < 2**63:
+        return str(int(value))
+    return _java_double_text(value)
+
+
+def quota_values(config: ConfigZnode, what: str = "quota config") -> dict[str, float]:
+    """The quota keys of an entity's config znode as numbers (SCRAM entries left out).
+    A value that is not a number raises `ZnodeDecodeError` (Kafka's migration stops on it too)."""
+    out: dict[str, float] = {}
+    for key, text in config.config.items():
+        if key in SCRAM_MECHANISM_NAMES:
+            continue
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise ZnodeDecodeError(f"{what}: {key}={text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise ZnodeDecodeError(f"{what}: {key}={text!r} is not a finite number")
+        out[key] = value
+    return out
+
+
+def scram_entries(config: ConfigZnode) -> dict[str, str]:
+    """The SCRAM credential entries of a user's config znode: mechanism name -> text."""
+    return {key: value for key, value in config.config.items() if key in SCRAM_MECHANISM_NAMES}
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialText:
+    """One SCRAM credential as a user's config znode holds it (Kafka's
+    ScramCredentialUtils): "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>".
+    The repr leaves the secrets out."""
+
+    salt: bytes = field(repr=False)
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+    def encode(self) -> str:
+        b64 = lambda raw: base64.b64encode(raw).decode("ascii")  # noqa: E731
+        return (f"salt={b64(self.salt)},stored_key={b64(self.stored_key)},"
+                f"server_key={b64(self.server_key)},iterations={self.iterations}")
+
+    @classmethod
+    def parse(cls, text: str) -> ScramCredentialText:
+        what = "SCRAM credential"  # never the text itself: it holds the keys
+        fields: dict[str, str] = {}
+        for item in text.split(","):
+            key, sep, value = item.partition("=")  # base64 padding holds '=' too
+            if not sep:
+                raise ZnodeDecodeError(f"{what}: an entry without '='")
+            fields[key.strip()] = value.strip()
+        try:
+            raw = {key: base64.b64decode(_require(fields, key, what), validate=True)
+                   for key in ("salt", "stored_key", "server_key")}
+        except (binascii.Error, ValueError):
+            raise ZnodeDecodeError(f"{what}: a key is not base64") from None
+        iterations = _int_text(_require(fields, "iterations", what), what)
+        return cls(raw["salt"], raw["stored_key"], raw["server_key"], iterations)
+
+
+# --------------------------------------------------------------------------
 # A whole ZooKeeper-mode cluster, as read by server/zk/seed.py:read_zookeeper
 # --------------------------------------------------------------------------
 
@@ -637,6 +827,39 @@ class ZkClusterImage:
     migration: MigrationZnode | None
     migration_version: int | None
     broker_epochs: Mapping[int, int] = field(default_factory=dict)
+    # Every config znode under /config/users, /config/clients and /config/ips by entity
+    # path (`quota_entity_path`), those with an empty config included (a user's znode is
+    # also the parent of its per-client znodes); `user_client_parents` holds the znode
+    # names of the users that have a /config/users/<u>/clients znode.
+    quota_configs: Mapping[str, ConfigZnode] = field(default_factory=dict)
+    user_client_parents: frozenset[str] = frozenset()
 
     def partition_count(self) -> int:
         return sum(len(topic.assignment.partitions) for topic in self.topics.values())
+
+    def client_quotas(self) -> dict[QuotaEntityKey, dict[str, float]]:
+        """Entity -> {quota key: value} for every entity with at least one quota (SCRAM
+        entries are not quotas). `ZnodeDecodeError` names the znode of a bad value."""
+        out: dict[QuotaEntityKey, dict[str, float]] = {}
+        for entity_path in sorted(self.quota_configs):
+            path = quota_config_path(entity_path)
+            values = quota_values(self.quota_configs[entity_path], path)
+            if values:
+                out[parse_quota_entity_path(entity_path)] = values
+        return out
+
+    def scram_credentials(self) -> dict[tuple[str, str], ScramCredentialText]:
+        """(user, mechanism name) -> credential, from the users' config znodes (the
+        default user holds none)."""
+        out: dict[tuple[str, str], ScramCredentialText] = {}
+        for entity_path in sorted(self.quota_configs):
+            parts = entity_path.split("/")
+            if len(parts) != 2 or parts[0] != CONFIG_USERS or parts[1] == ZK_DEFAULT_ENTITY:
+                continue
+            user = desanitize_entity_name(parts[1])
+            for mechanism, text in sorted(scram_entries(self.quota_configs[entity_path]).items()):
+                try:
+                    out[(user, mechanism)] = ScramCredentialText.parse(text)
+                except ZnodeDecodeError as exc:
+                    raise ZnodeDecodeError(f"{quota_config_path(entity_path)} {mechanism}: {exc}") from None
+        return out

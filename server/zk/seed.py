@@ -207,6 +207,31 @@ def _image_creates(image: ZkClusterImage) -> Iterator[tuple[str, bytes]]:
     for name, config in image.topic_configs.items():
         if name not in image.topics:
             yield paths.config_path(paths.CONFIG_TOPICS, name), config.encode()
+    yield from _quota_creates(image)
+
+
+def _quota_creates(image: ZkClusterImage) -> Iterator[tuple[str, bytes]]:
+    """The client quota config znodes of `image`, parents first (a user's per-client
+    znodes need the user's znode and its `clients` znode; /config/ips is not among
+    the paths every cluster has)."""
+    created: set[str] = set()
+    if any(entity_path.startswith(paths.CONFIG_IPS + "/") for entity_path in image.quota_configs):
+        created.add(paths.config_entity_type_path(paths.CONFIG_IPS))
+        yield paths.config_entity_type_path(paths.CONFIG_IPS), b""
+    for entity_path in sorted(image.quota_configs):
+        parts = entity_path.split("/")
+        if len(parts) == 4:
+            user_path = paths.config_path(paths.CONFIG_USERS, parts[1])
+            if user_path not in created and f"{paths.CONFIG_USERS}/{parts[1]}" not in image.quota_configs:
+                created.add(user_path)
+                yield user_path, ConfigZnode({}).encode()
+            clients_path = paths.user_clients_path(parts[1])
+            if clients_path not in created:
+                created.add(clients_path)
+                yield clients_path, b""
+        path = paths.quota_config_path(entity_path)
+        created.add(path)
+        yield path, image.quota_configs[entity_path].encode()
 
 
 def _parents(path: str) -> Iterator[str]:
@@ -297,6 +322,7 @@ def seed_zookeeper(
 class _ZnodeStat(NamedTuple):
     version: int
     czxid: int
+    num_children: int = 0
 
 
 class _KazooReader:
@@ -323,7 +349,7 @@ class _KazooReader:
                 data, stat = result.get(timeout=self._timeout_s)
             except NoNodeError:
                 return path, None, None
-            return path, data if data is not None else b"", _ZnodeStat(stat.version, stat.czxid)
+            return path, data if data is not None else b"", _ZnodeStat(stat.version, stat.czxid, stat.numChildren)
 
         for path in znode_paths:
             in_flight.append((path, self._client.get_async(path)))
@@ -490,7 +516,7 @@ class _WireReader:
                 (length,) = _INT.unpack_from(body, 0)
                 data = body[4:4 + length] if length >= 0 else b""
                 stat = _STAT.unpack_from(body, 4 + max(length, 0))
-                yield path, data, _ZnodeStat(version=stat[4], czxid=stat[0])
+                yield path, data, _ZnodeStat(version=stat[4], czxid=stat[0], num_children=stat[9])
 def _decode(decoder: Callable[[bytes], T], path: str, data: bytes) -> T:
     try:
         return decoder(data)
@@ -546,6 +572,7 @@ def _image_from(reader: _KazooReader | _WireReader) -> ZkClusterImage:
                 out[path.rsplit("/", 1)[1]] = _decode(ConfigZnode.decode, path, data)
         return out
 
+    quota_configs, user_client_parents = _read_quota_configs(reader)
     features = decode_one(FeaturesZnode.decode, paths.FEATURES_PATH)
     controller = decode_one(ControllerZnode.decode, paths.CONTROLLER_PATH)
     controller_epoch = decode_one(ControllerEpochZnode.decode, paths.CONTROLLER_EPOCH_PATH)
@@ -562,14 +589,51 @@ def _image_from(reader: _KazooReader | _WireReader) -> ZkClusterImage:
         migration=migration[0] if migration else None,
         migration_version=migration[1].version if migration else None,
         broker_epochs=broker_epochs,
+        quota_configs=quota_configs,
+        user_client_parents=user_client_parents,
     )
+
+
+def _quota_config(path: str, data: bytes) -> ConfigZnode:
+    # A user znode Kafka created only as the parent of per-client znodes has no data.
+    return ConfigZnode({}) if not data else _decode(ConfigZnode.decode, path, data)
+
+
+def _read_quota_configs(reader: _KazooReader | _WireReader) -> tuple[dict[str, ConfigZnode], frozenset[str]]:
+    """Every config znode under /config/users (with the users' per-client znodes),
+    /config/clients and /config/ips, by entity path; and the users that have a
+    `clients` child. Only users whose znode has children are listed again."""
+    out: dict[str, ConfigZnode] = {}
+    users_with_children: list[str] = []
+    for entity_type in (paths.CONFIG_USERS, paths.CONFIG_CLIENTS, paths.CONFIG_IPS):
+        names = reader.children(paths.config_entity_type_path(entity_type))
+        for path, data, stat in reader.get_many([paths.config_path(entity_type, n) for n in names]):
+            if data is None or stat is None:
+                continue
+            name = path.rsplit("/", 1)[1]
+            out[f"{entity_type}/{name}"] = _quota_config(path, data)
+            if entity_type == paths.CONFIG_USERS and stat.num_children > 0:
+                users_with_children.append(name)
+    parents: set[str] = set()
+    for user in users_with_children:
+        if paths.CONFIG_CLIENTS not in reader.children(paths.config_path(paths.CONFIG_USERS, user)):
+            continue
+        parents.add(user)
+        clients = reader.children(paths.user_clients_path(user))
+        znode_paths = [f"{paths.user_clients_path(user)}/{client}" for client in clients]
+        for path, data, _ in reader.get_many(znode_paths):
+            if data is not None:
+                out[f"{paths.CONFIG_USERS}/{user}/{paths.CONFIG_CLIENTS}/{path.rsplit('/', 1)[1]}"] = \
+                    _quota_config(path, data)
+    return out, frozenset(parents)
 
 
 def read_cluster_image(client: KazooClient, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> ZkClusterImage:
     """Reads brokers (with their epochs), topics with assignments and partition states,
-    topic and broker configs, features, cluster id, controller, controller epoch and
-    /migration (with its version) through an existing kazoo session (~3k znodes/s;
-    `read_zookeeper` is an order of magnitude faster for big clusters)."""
+    topic and broker configs, client quota znodes (users, clients, ips), features,
+    cluster id, controller, controller epoch and /migration (with its version) through
+    an existing kazoo session (~3k znodes/s; `read_zookeeper` is an order of magnitude
+    faster for big clusters)."""
     return _image_from(_KazooReader(client, timeout_s))
 
 
