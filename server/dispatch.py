@@ -105,27 +105,21 @@ class Dispatcher:
         if not api.min_version <= version <= api.max_version:
             if api_key == ApiKey.API_VERSIONS:
                 return self._api_versions_unsupported(conn, frame, version)
-            log.warning(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer,
-                        api=api_name(api_key), api_version=version,
-                        served=f"{api.min_version}-{api.max_version}")
-            self.metrics.request_errors.labels("unsupported_version").inc()
-            raise CloseConnection()
-        allowed = self.node.advertised_ranges().get(api_key)
-        gated = allowed is None or not allowed[0] <= version <= allowed[1]
-        if gated:
-            # Served by the software, but not at this finalized metadata.version (KIP-778).
-            told = conn.advertised.get(api_key) if conn.advertised is not None else None
-            if told is None or not told[0] <= version <= told[1]:
-                # Never offered on this connection: as unknown to the client as any
-                # version we never advertised.
-                log.warning(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer,
+            low, high = api.request.version_range
+            if not low <= version <= high:
+                # Beyond what the protocol declares: no response of that version can be
+                # encoded, so the connection is closed (Kafka's brokers close it too).
+                log.warning(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer,
                             api=api_name(api_key), api_version=version,
-                            allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
-                            outcome="closed")
-                self.metrics.request_errors.labels("gated_version").inc()
+                            served=f"{api.min_version}-{api.max_version}", outcome="closed")
+                self.metrics.request_errors.labels("unsupported_version").inc()
                 raise CloseConnection()
-            # Offered by this connection's ApiVersions before a metadata.version change:
-            # answered below, once decoded, with UNSUPPORTED_VERSION in the API's shape.
+            # A version the protocol declares but this node never serves: answered, once
+            # decoded, with UNSUPPORTED_VERSION in that version's own response.
+        allowed = self.node.advertised_ranges().get(api_key)
+        # Gated: not served at all, or served by the software but not at this finalized
+        # metadata.version (KIP-778), whether or not this connection was offered it.
+        gated = allowed is None or not allowed[0] <= version <= allowed[1]
         if not conn.authenticated and not api.before_authentication:
             # Kafka's SaslServerAuthenticator: anything but these before the SASL exchange
             # has completed is a protocol violation; the connection is closed.
@@ -222,14 +216,23 @@ class Dispatcher:
 
     def _refuse_gated(self, conn: Connection, api: "ServedApi", version: int, correlation_id: int,
                       request) -> bytes:
-        """UNSUPPORTED_VERSION for a version this connection was told but the finalized
-        metadata.version no longer allows, encoded in that API and version."""
-        message = gated_version_message(api.api_key, api.name, version)
+        """UNSUPPORTED_VERSION, encoded in that API and version, for a version this node
+        does not allow now: one its software never serves, or one the finalized
+        metadata.version gates away (told to this connection before a change, or never)."""
         allowed = self.node.advertised_ranges().get(api.api_key)
-        log.info(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer, api=api.name,
-                 api_version=version, allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
-                 outcome="unsupported_version")
-        self.metrics.request_errors.labels("stale_version").inc()
+        if api.min_version <= version <= api.max_version:
+            message = gated_version_message(api.api_key, api.name, version)
+            log.info(Event.GATED_VERSION, connection=conn.connection_id, peer=conn.peer, api=api.name,
+                     api_version=version, allowed="none" if allowed is None else f"{allowed[0]}-{allowed[1]}",
+                     outcome="unsupported_version")
+            self.metrics.request_errors.labels("gated_version").inc()
+        else:
+            message = (f"{api.name} v{version} is not supported by this node (it serves "
+                       f"v{api.min_version}-{api.max_version}); ask ApiVersions and use a version it lists")
+            log.warning(Event.UNSUPPORTED_VERSION, connection=conn.connection_id, peer=conn.peer, api=api.name,
+                        api_version=version, served=f"{api.min_version}-{api.max_version}",
+                        outcome="unsupported_version")
+            self.metrics.request_errors.labels("unsupported_version").inc()
         body = api.error_response(request, version, ErrorCode.UNSUPPORTED_VERSION, message)
         try:
             return self.encode_response(api, version, correlation_id, body)

@@ -372,7 +372,9 @@ def serve(spec: ApiSpec, role: NodeRole) -> ServedApi | None:
         handler = forwarded_when_standby(handler)
     request = spec.request
     low = request.version_range[0]
-    versions = range(spec.max_version + 1)
+    # Every version the protocol declares: an unserved one is still answered
+    # (UNSUPPORTED_VERSION in its own shape), so its headers must be known too.
+    versions = range(max(spec.max_version, request.version_range[1]) + 1)
     return ServedApi(
         spec.key, spec.name, spec.min_version, spec.max_version, handler,
         kind is HandlerKind.ASYNC, kind is HandlerKind.ANSWERS_LATER, request, spec.response,
