@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from protocol import metadata_records as mr
 from protocol.errors import ErrorCode
@@ -620,6 +620,24 @@ def _resource_error(state: ControllerState, resource_type: int, resource_name: s
     return ErrorCode.INVALID_REQUEST, f"Unexpected resource type {resource_type}"
 
 
+def _broker_update_error(resource_name: str, keys: Iterable[str]) -> tuple[int, str] | None:
+    """Kafka's check of the broker keys an alteration sets (DynamicBrokerConfig): keys it
+    can only read at start-up are refused, and per-broker keys need a broker id."""
+    def refused(what: str, names: list[str]) -> tuple[int, str]:
+        return (ErrorCode.INVALID_REQUEST, f"Invalid config value for resource ConfigResource(type=BROKER, "
+                                           f"name='{resource_name}'): {what}: Set({', '.join(names)})")
+
+    modes = {key: BROKER_CONFIG_CATALOG[key].dynamic for key in keys if key in BROKER_CONFIG_CATALOG}
+    read_only = sorted(key for key, mode in modes.items() if mode == "read-only")
+    if read_only:
+        return refused("Cannot update these configs dynamically", read_only)
+    per_broker = sorted(key for key, mode in modes.items() if mode == "per-broker")
+    if resource_name == "" and per_broker:
+        return refused("Cannot update these configs at default cluster level, broker id must be specified",
+                       per_broker)
+    return None
+
+
 def _alter_resource(state: ControllerState, resource: Any) -> tuple[list[MetadataRecord], tuple[int, str] | None]:
     resource_type = _field(resource, "resource_type", 0)
     resource_name = _field(resource, "resource_name", "")
@@ -667,6 +685,10 @@ def _alter_resource(state: ControllerState, resource: Any) -> tuple[list[Metadat
             error_text = _config_value_error(key, updated[key])
             if error_text is not None:
                 return [], (TopicErrorCode.INVALID_CONFIG, error_text)
+    if resource_type == RESOURCE_BROKER:
+        error = _broker_update_error(resource_name, [key for key in seen if key in updated])
+        if error is not None:
+            return [], error
     records = []
     for key in sorted(set(current) | set(updated)):
         if current.get(key) != updated.get(key):
@@ -730,6 +752,10 @@ def _replace_resource(state: ControllerState, resource: Any) -> tuple[list[Metad
         if value is not None:
             # A broker key given without a value is simply not part of the new set.
             wanted[key] = value
+    if resource_type == RESOURCE_BROKER:
+        error = _broker_update_error(resource_name, wanted)
+        if error is not None:
+            return [], error
     current = state.configs(resource_type, resource_name)
     records = [_config_record(resource_type, resource_name, key, wanted.get(key))
                for key in sorted(set(current) | set(wanted)) if current.get(key) != wanted.get(key)]

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from protocol.errors import ErrorCode
 from server.config import ServerConfig
 from server.controller import topics as tp
+from server.controller.commands import bootstrap_records
 from server.controller.broker_config_catalog import BROKER_CONFIG_CATALOG, KAFKA_VERSION
-from server.controller.state import RESOURCE_BROKER
+from server.controller.state import RESOURCE_BROKER, ControllerState
 
 from .test_partitions_and_configs import describe, replace
 from .test_topics import cluster_with_brokers
@@ -159,3 +161,34 @@ def test_other_broker_ids_are_typed_from_the_catalog():
             configs["num.io.threads"].read_only) == ("4", tp.ConfigType.INT, False)
     assert configs["ssl.key.password"].is_sensitive and configs["ssl.key.password"].value is None
     assert (configs["x"].value, configs["x"].config_type) == ("y", tp.ConfigType.UNKNOWN)
+
+
+def test_altering_a_broker_key_kafka_reads_only_at_start_up_is_refused():
+    state = ControllerState("cluster")
+    for offset, item in enumerate(bootstrap_records(19)):
+        state.replay(item, offset)
+
+    def incremental(name: str, key: str, value: str):
+        request = {"resources": [{"resource_type": 4, "resource_name": name,
+                                  "configs": [{"name": key, "config_operation": 0, "value": value}]}],
+                   "validate_only": False}
+        return tp.incremental_alter_configs(state, request, 1)
+
+    result = incremental("101", "num.io.threads", "16")  # cluster-wide: fine per broker too
+    assert result.response["responses"][0]["error_code"] == 0 and len(result.records) == 1
+    result = incremental("101", "broker.id", "7")
+    assert result.records == []
+    refusal = result.response["responses"][0]
+    assert refusal["error_code"] == ErrorCode.INVALID_REQUEST
+    assert refusal["error_message"] == ("Invalid config value for resource ConfigResource(type=BROKER, name='101'): "
+                                        "Cannot update these configs dynamically: Set(broker.id)")
+    per_broker = next(key for key, fact in BROKER_CONFIG_CATALOG.items() if fact.dynamic == "per-broker"
+                      and not fact.sensitive)
+    assert incremental("101", per_broker, "x").response["responses"][0]["error_code"] == 0
+    refusal = incremental("", per_broker, "x").response["responses"][0]
+    assert refusal["error_code"] == ErrorCode.INVALID_REQUEST
+    assert "broker id must be specified" in refusal["error_message"]
+    # The legacy whole-set replacement checks the same keys.
+    legacy = tp.alter_configs(state, {"resources": [{"resource_type": 4, "resource_name": "101", "configs": [
+        {"name": "log.dirs", "value": "/x"}]}], "validate_only": False}, 2)
+    assert legacy.records == [] and legacy.response["responses"][0]["error_code"] == ErrorCode.INVALID_REQUEST

@@ -198,9 +198,11 @@ def describe(cluster, *resources, include_synonyms=True, version=4, node=NODE):
 
 def test_own_broker_lists_static_default_and_dynamic_with_synonyms():
     cluster = cluster_with_brokers(2)
-    replace(cluster, (RESOURCE_BROKER, "", [("num.partitions", "5"), ("max.connections", "100")]))
+    # Keys Kafka lets a cluster-wide default set (num.partitions is read at start-up only).
+    replace(cluster, (RESOURCE_BROKER, "", [("num.io.threads", "5"), ("max.connections", "100")]))
     replace(cluster, (RESOURCE_BROKER, "1", [("max.connections", "50")]))
-    (own,) = describe(cluster, (RESOURCE_BROKER, "1", None))
+    node = tp.NodeConfigView(node_id=1, static={**NODE.static, "num.io.threads": "3"}, loggers=NODE.loggers)
+    (own,) = describe(cluster, (RESOURCE_BROKER, "1", None), node=node)
     assert own.error_code == 0
     configs = {c.name: c for c in own.configs}
     assert set(tp.BROKER_CONFIGS) <= set(configs)
@@ -209,10 +211,10 @@ def test_own_broker_lists_static_default_and_dynamic_with_synonyms():
     assert [(s.value, s.source) for s in mc.synonyms] == [
         ("50", tp.SOURCE_DYNAMIC_BROKER_CONFIG), ("100", tp.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("2147483647", tp.SOURCE_DEFAULT_CONFIG)]
-    np = configs["num.partitions"]
-    assert (np.value, np.config_source) == ("5", tp.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
-    assert [s.source for s in np.synonyms] == [tp.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
-                                               tp.SOURCE_STATIC_BROKER_CONFIG, tp.SOURCE_DEFAULT_CONFIG]
+    io_threads = configs["num.io.threads"]
+    assert (io_threads.value, io_threads.config_source) == ("5", tp.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert [s.source for s in io_threads.synonyms] == [tp.SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+                                                       tp.SOURCE_STATIC_BROKER_CONFIG, tp.SOURCE_DEFAULT_CONFIG]
     node_id = configs["node.id"]
     assert (node_id.value, node_id.config_source, node_id.read_only) == ("1", tp.SOURCE_STATIC_BROKER_CONFIG, True)
     rack = configs["broker.rack"]
