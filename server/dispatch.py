@@ -165,6 +165,11 @@ class Dispatcher:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)
             return slot
+        if api.reads_image and self.node.read_barrier_needed():
+            # Not the leader: answered once this node's image has caught up with it.
+            slot = PendingResponse()
+            nursery.start_soon(self._run_after_read_barrier, api, ctx, request, slot, started)
+            return slot
         try:
             try:
                 body = api.handler(ctx, request)
@@ -193,6 +198,24 @@ class Dispatcher:
             slot.set(None)
             return
         except Exception as exc:
+            log.exception(Event.HANDLER_FAILED, connection=ctx.connection.connection_id, api=api.name,
+                          api_version=ctx.api_version, error=repr(exc))
+            slot.set(None)
+            return
+        self.complete(api, ctx, slot, started, body)
+
+    async def _run_after_read_barrier(self, api: "ServedApi", ctx: RequestContext, request, slot: PendingResponse,
+                                      started: float) -> None:
+        await self.node.read_barrier()
+        try:
+            try:
+                body = api.handler(ctx, request)
+            except ApiError as exc:
+                body = api.error_response(request, ctx.api_version, exc.code, exc.message)
+        except CloseConnection:
+            slot.set(None)
+            return
+        except Exception as exc:  # a bug: log and close this connection only
             log.exception(Event.HANDLER_FAILED, connection=ctx.connection.connection_id, api=api.name,
                           api_version=ctx.api_version, error=repr(exc))
             slot.set(None)

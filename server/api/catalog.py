@@ -74,7 +74,6 @@ from server.handlers import (
     update_features,
     update_metadata,
 )
-from server.handlers.read_barrier import after_read_barrier
 from server.handlers.standby import forwarded_when_standby
 from server.raft import rpc
 from server.authorization import AclOperation
@@ -126,8 +125,9 @@ class ApiSpec:
     before_authentication: bool = False
     # For APIs without a top-level error code: the code in every per-item result.
     error_builder: ErrorBuilder | None = None
-    # A read answered from the node's image that clients use to check their own writes:
-    # served after the node's read barrier (server/handlers/read_barrier.py), so async.
+    # A read answered from the node's image (a sync handler) that clients use to check
+    # their own writes: on a node that is not the leader the dispatcher serves it after
+    # the node's read barrier (server/nodes/forwarding.py).
     reads_image: bool = False
     # README's notes column.
     notes: str = ""
@@ -198,7 +198,7 @@ _KRAFT_NOTES = "KRaft RPC between controllers (and broker observers); answered b
 
 _SPECS = (
     ApiSpec(ApiKey.API_VERSIONS, 0, 4, api_versions.handle, api_versions.handle, api_versions.handle,
-            before_authentication=True,
+            before_authentication=True, reads_image=True,
             notes="v3+: SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady (a "
                   "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "
                   "validated; unknown versions get a v0 reply with UNSUPPORTED_VERSION."),
@@ -347,6 +347,8 @@ class ServedApi:
     # (request, version, code, message) -> body: the spec's error_response.
     error_response: ErrorBuilder
     spec: ApiSpec
+    # Served after the node's read barrier where the node needs one (see ApiSpec).
+    reads_image: bool = False
 
     def request_header_version(self, version: int) -> int:
         return self.request_header_versions[version]
@@ -361,12 +363,11 @@ def serve(spec: ApiSpec, role: NodeRole) -> ServedApi | None:
     if handler is None:
         return None
     kind = HandlerKind.ASYNC if handler is FORWARD else spec.kind
-    if spec.reads_image and role is not NodeRole.ZK_BROKER:
-        # A ZooKeeper-mode broker answers from what UpdateMetadata told it: no quorum to wait for.
-        if kind is not HandlerKind.SYNC:
-            raise ValueError(f"{spec.name}: reads_image wraps a sync handler")
-        handler, kind = after_read_barrier(handler), HandlerKind.ASYNC
-    elif role is NodeRole.CONTROLLER and spec.forwarded_by_brokers and kind is HandlerKind.ASYNC \
+    # A ZooKeeper-mode broker answers from what UpdateMetadata told it: no quorum to wait for.
+    reads_image = spec.reads_image and role is not NodeRole.ZK_BROKER
+    if reads_image and kind is not HandlerKind.SYNC:
+        raise ValueError(f"{spec.name}: reads_image needs a sync handler")
+    if role is NodeRole.CONTROLLER and spec.forwarded_by_brokers and kind is HandlerKind.ASYNC \
             and spec.key != ApiKey.DESCRIBE_QUORUM:
         # A standby relays the writes clients send it (DescribeQuorum relays itself).
         handler = forwarded_when_standby(handler)
@@ -381,6 +382,7 @@ def serve(spec: ApiSpec, role: NodeRole) -> ServedApi | None:
         tuple(request_header_version(request, v) if v >= low else 2 for v in versions),
         tuple(response_header_version(request, v) if v >= low else 0 for v in versions),
         spec.rule, spec.before_authentication, spec.forwarded_by_brokers, spec.error_response, spec,
+        reads_image,
     )
 
 

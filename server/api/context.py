@@ -94,14 +94,6 @@ class AuthorizerView(Protocol):
     authorizer: "StandardAuthorizer | None"
 
 
-class ReadBarrier(Protocol):
-    """Reads answered from a node's image first wait (bounded) until it holds every
-    write the active controller had acknowledged (server/nodes/forwarding.py); at once
-    on the active controller."""
-
-    async def read_barrier(self) -> None: ...
-
-
 class NodeServices(NodeIdentity, FeatureViews, EndpointViews, AuthorizerView, Protocol):
     """What every node kind provides."""
 
@@ -113,7 +105,7 @@ class MetadataImage(Protocol):
     image: "ControllerState | None"
 
 
-class ServingServices(NodeServices, MetadataImage, ReadBarrier, Protocol):
+class ServingServices(NodeServices, MetadataImage, Protocol):
     """A node that replays the metadata log: a controller or a KRaft broker."""
 
 

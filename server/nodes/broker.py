@@ -394,5 +394,8 @@ class BrokerNode(ServingNode, BrokerServices):
         in time); answered once this broker's image holds what it had replayed."""
         return await self.forwarder.forward(api_key, version, request, ctx)
 
+    def read_barrier_needed(self) -> bool:
+        return self.raft_driver.leader_id is not None
+
     async def read_barrier(self) -> None:
         await self.forwarder.read_barrier()

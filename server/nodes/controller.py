@@ -348,9 +348,13 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         if none answered in time, or this node leads now: it answers itself)."""
         return await self.forwarder.forward(api_key, version, request, ctx)
 
+    def read_barrier_needed(self) -> bool:
+        """Reads wait for the leader's image on every controller but the leader."""
+        leader = self.raft_driver.leader_id if self.raft_driver is not None else None
+        return leader is not None and leader != self.config.node_id
+
     async def read_barrier(self) -> None:
-        if not self.is_active_controller():
-            await self.forwarder.read_barrier()
+        await self.forwarder.read_barrier()
 
     # -- write paths used by handlers -----------------------------------------
     async def submit(self, command, *, gated: bool = False):

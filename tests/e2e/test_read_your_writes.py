@@ -18,7 +18,9 @@ from server.client import KafkaClient
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 60
-CREATE_TOPICS, METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 19, 3, 32, 44
+CREATE_TOPICS, METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, UPDATE_FEATURES = 19, 3, 32, 44, 57
+MV_3_7_IV4, MV_3_8_IV0 = 19, 20
+UPGRADE, SAFE_DOWNGRADE = 1, 2
 TOPIC_RESOURCE, SET = 2, 0
 BROKERS = [101, 102]
 
@@ -76,6 +78,27 @@ async def test_writes_through_any_node_are_read_back_through_any_other(five_node
                     "include_synonyms": False, "include_documentation": False})
                 values = {c.name: c.value for c in configs.results[0].configs}
                 assert values == {"retention.ms": str(1000 + round_index)}, (writer, reader, values)
+            # metadata.version too: a client that changed it through one node sees the new
+            # level in the ApiVersions answer of any other. Through the leader first: its
+            # answer does not wait for anyone else's image.
+            quorum = await clients[101].call(55, {"topics": [{"topic_name": "__cluster_metadata",
+                                                              "partitions": [{"partition_index": 0}]}]})
+            leader = quorum.topics[0].partitions[0].leader_id
+            for writer, level, upgrade_type in ((leader, MV_3_8_IV0, UPGRADE), (101, MV_3_7_IV4, SAFE_DOWNGRADE)):
+                reply = await clients[writer].request(UPDATE_FEATURES, 1, {
+                    "timeout_ms": 10_000, "validate_only": False, "feature_updates": [
+                        {"feature": "metadata.version", "max_version_level": level, "upgrade_type": upgrade_type}]})
+                assert reply.error_code == ErrorCode.NONE, (writer, reply)
+                for reader in clients:
+                    if reader == writer:
+                        continue
+                    fresh = await connect(cluster, reader)
+                    try:
+                        finalized = {f.name: f.max_version_level
+                                     for f in fresh.api_versions_response.finalized_features}
+                    finally:
+                        await fresh.aclose()
+                    assert finalized["metadata.version"] == level, (writer, reader, finalized)
         finally:
             for client in clients.values():
                 await client.aclose()
