@@ -150,7 +150,7 @@ def test_refusable_apis_can_build_their_error_response():
 
 
 def test_derived_sets_come_from_the_entries():
-    assert FORWARDABLE_APIS == {55, 57, 19, 20, 33, 37, 44, 30, 31, 51, 49, 10001}
+    assert FORWARDABLE_APIS == {55, 57, 64, 19, 20, 33, 37, 44, 30, 31, 51, 49, 10001}
     assert PRE_AUTHENTICATION_APIS == {18, 17, 36}
     broker = served_table(NodeRole.BROKER)
     controller = served_table(NodeRole.CONTROLLER)
@@ -165,7 +165,7 @@ def test_derived_sets_come_from_the_entries():
 def test_served_tables_per_role():
     assert set(served_table(NodeRole.ZK_BROKER)) == {18, 3, 60, 6, 10000}
     assert set(served_table(NodeRole.BROKER)) == {18, 3, 60, 32, 33, 37, 57, 55, 19, 20, 44, 10001, 29, 30, 31, 17, 36,
-                                                  50, 51, 48, 49}
+                                                  50, 51, 48, 49, 64}
     controller = served_table(NodeRole.CONTROLLER)
     assert set(controller) == {18, 3, 55, 57, 60, 62, 63, 64, 19, 20, 32, 33, 37, 44, 10001, 29, 30, 31, 58, 17, 36, 50, 51,
                                48, 49, 1, 52, 53, 54, 59}

@@ -230,7 +230,8 @@ _SPECS = (
             # v1: OfflineLogDirs (KIP-858).
             gate={1: 17},
             notes="Unfencing once caught up; fencing after `broker.session.timeout.ms` without heartbeats."),
-    ApiSpec(ApiKey.UNREGISTER_BROKER, 0, 0, unregister_broker.handle, kind=_ASYNC, rule=ApiRule(ALTER)),
+    ApiSpec(ApiKey.UNREGISTER_BROKER, 0, 0, unregister_broker.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
+            notes="An operator removing a broker that is gone (`kafka-cluster unregister`); brokers forward it."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "
