@@ -13,7 +13,10 @@ Rules kept here:
   levels come from the `MetadataVersion` catalog in `server/controller/features.py`
   (each release tops out at the last IV it shipped; 4.0 dropped every level below
   3.3-IV3), kraft.version 1 arrived in 3.9, group.version and transaction.version
-  in 4.0.
+  in 4.0. For the other features a release supports the levels whose bootstrap
+  metadata.version (Kafka's own catalog, `kafka_feature_catalog.py`) is at or below
+  the release's top level: eligible.leader.replicas.version 1 from 4.1,
+  share.version 1 and streams.version 1 from 4.2, share.version 2 from 4.4.
 - The catalog is data: one row per release, read by one function. A feature a release
   does not know is simply absent from its map, which means "only level 0".
 - A named release ignores `unstable_enabled`: a Kafka release's ranges do not move.
@@ -27,9 +30,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from server.controller.features import (
+    ELIGIBLE_LEADER_REPLICAS_VERSION,
     GROUP_VERSION,
     KRAFT_VERSION,
     METADATA_VERSION,
+    SHARE_VERSION,
+    STREAMS_VERSION,
     TRANSACTION_VERSION,
     NodeFeatures,
     SupportedRange,
@@ -49,34 +55,43 @@ class Release:
         return self.name
 
 
-# (release, metadata.version min, metadata.version max, kraft.version, group.version,
-#  transaction.version). A range is (min, max); None means the release does not know
-# the feature at all, so it is left out of the map.
-_CATALOG: tuple[
-    tuple[str, str, str, tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None], ...
-] = (
-    # release  mv min     mv max     kraft.version  group.version  transaction.version
-    ("3.3", "3.0-IV1", "3.3-IV3", (0, 0), None, None),
-    ("3.4", "3.0-IV1", "3.4-IV0", (0, 0), None, None),
-    ("3.5", "3.0-IV1", "3.5-IV2", (0, 0), None, None),
-    ("3.6", "3.0-IV1", "3.6-IV2", (0, 0), None, None),
-    ("3.7", "3.0-IV1", "3.7-IV4", (0, 0), None, None),
-    ("3.8", "3.0-IV1", "3.8-IV0", (0, 0), None, None),
-    ("3.9", "3.0-IV1", "3.9-IV0", (0, 1), None, None),
-    ("4.0", "3.3-IV3", "4.0-IV3", (0, 1), (0, 1), (0, 2)),
+_Range = tuple[int, int]
+
+# (release, metadata.version min, metadata.version max, {feature: (min, max)}). A feature
+# a release does not know at all is left out of its map.
+_CATALOG: tuple[tuple[str, str, str, Mapping[str, _Range]], ...] = (
+    # release  mv min     mv max     other features
+    ("3.3", "3.0-IV1", "3.3-IV3", {KRAFT_VERSION: (0, 0)}),
+    ("3.4", "3.0-IV1", "3.4-IV0", {KRAFT_VERSION: (0, 0)}),
+    ("3.5", "3.0-IV1", "3.5-IV2", {KRAFT_VERSION: (0, 0)}),
+    ("3.6", "3.0-IV1", "3.6-IV2", {KRAFT_VERSION: (0, 0)}),
+    ("3.7", "3.0-IV1", "3.7-IV4", {KRAFT_VERSION: (0, 0)}),
+    ("3.8", "3.0-IV1", "3.8-IV0", {KRAFT_VERSION: (0, 0)}),
+    ("3.9", "3.0-IV1", "3.9-IV0", {KRAFT_VERSION: (0, 1)}),
+    ("4.0", "3.3-IV3", "4.0-IV3", {KRAFT_VERSION: (0, 1), GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2)}),
+    ("4.1", "3.3-IV3", "4.1-IV1", {KRAFT_VERSION: (0, 1), GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2),
+                                   ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1)}),
+    ("4.2", "3.3-IV3", "4.2-IV1", {KRAFT_VERSION: (0, 1), GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2),
+                                   ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1), SHARE_VERSION: (0, 1),
+                                   STREAMS_VERSION: (0, 1)}),
+    ("4.3", "3.3-IV3", "4.3-IV0", {KRAFT_VERSION: (0, 1), GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2),
+                                   ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1), SHARE_VERSION: (0, 1),
+                                   STREAMS_VERSION: (0, 1)}),
+    ("4.4", "3.3-IV3", "4.4-IV2", {KRAFT_VERSION: (0, 1), GROUP_VERSION: (0, 1), TRANSACTION_VERSION: (0, 2),
+                                   ELIGIBLE_LEADER_REPLICAS_VERSION: (0, 1), SHARE_VERSION: (0, 2),
+                                   STREAMS_VERSION: (0, 1)}),
 )
 
 
-def _build(row: tuple) -> Release:
-    name, mv_min, mv_max, kraft, group, transaction = row
+def _build(row: tuple[str, str, str, Mapping[str, _Range]]) -> Release:
+    name, mv_min, mv_max, others = row
     ranges: dict[str, SupportedRange] = {
         METADATA_VERSION: SupportedRange(
             metadata_version_from_name(mv_min).level, metadata_version_from_name(mv_max).level
         )
     }
-    for feature, levels in ((KRAFT_VERSION, kraft), (GROUP_VERSION, group), (TRANSACTION_VERSION, transaction)):
-        if levels is not None:
-            ranges[feature] = SupportedRange(*levels)
+    for feature, levels in others.items():
+        ranges[feature] = SupportedRange(*levels)
     return Release(name, MappingProxyType(ranges))
 
 

@@ -1,11 +1,16 @@
 """Feature flags: the metadata.version catalog and the other finalizable features.
 
-Owns: the `MetadataVersion` catalog (Kafka's names, levels and didMetadataChange
-flags from `MetadataVersion.java`), the metadata.version gates the controller
-needs (which record versions it may write), the other features (kraft.version,
-group.version, transaction.version) with their bootstrap versions and
-dependencies (`Features.java` and the *Version enums), and this controller's
-supported ranges.
+Owns: the `MetadataVersion` catalog (Kafka's names, levels, releases, production
+flags and didMetadataChange flags), the metadata.version gates the controller needs
+(which record versions it may write), the other features (kraft.version,
+group.version, transaction.version, eligible.leader.replicas.version, share.version,
+streams.version) with their bootstrap versions and dependencies, and this
+controller's supported ranges.
+
+The facts come from the pinned Kafka release's own classes, generated into
+`server/controller/kafka_feature_catalog.py` (tools/gen_feature_catalog.py); this
+module only adds what kraftwerk keeps beyond that release: the levels below 3.3-IV3
+(Kafka 4.x dropped them, kraftwerk still runs and impersonates 3.x releases).
 
 Rules kept here:
 - Levels are plain ints on the wire and in records; `MetadataVersion` objects are
@@ -20,27 +25,41 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 
+from server.controller import kafka_feature_catalog as kafka
+
 METADATA_VERSION = "metadata.version"
 KRAFT_VERSION = "kraft.version"
 GROUP_VERSION = "group.version"
 TRANSACTION_VERSION = "transaction.version"
+ELIGIBLE_LEADER_REPLICAS_VERSION = "eligible.leader.replicas.version"
+SHARE_VERSION = "share.version"
+STREAMS_VERSION = "streams.version"
 
 
 @dataclass(frozen=True, slots=True)
 class MetadataVersion:
     """One metadata.version: `3.3-IV0` is level 4. `did_metadata_change` marks the
     versions whose records cannot be read by the version before them, which is what
-    makes a downgrade across them lossy."""
+    makes a downgrade across them lossy. `production` is False for a level Kafka
+    still develops (only offered with unstable.feature.versions.enable)."""
 
     name: str
     level: int
     did_metadata_change: bool
+    production: bool = True
+
+    @property
+    def release(self) -> str:
+        """The Kafka release that brought this level: `3.7` for `3.7-IV4`."""
+        return self.name.split("-", 1)[0]
 
     def __str__(self) -> str:
         return self.name
 
 
-METADATA_VERSIONS: tuple[MetadataVersion, ...] = tuple(
+# Kafka 3.x's levels below the first one Kafka 4.x still ships (3.3-IV3): facts of
+# Kafka 3.9's MetadataVersion, kept because kraftwerk runs clusters at these levels.
+_BEFORE_KAFKA_4: tuple[MetadataVersion, ...] = tuple(
     MetadataVersion(name, level, changed)
     for name, level, changed in (
         ("3.0-IV1", 1, True),
@@ -49,26 +68,12 @@ METADATA_VERSIONS: tuple[MetadataVersion, ...] = tuple(
         ("3.3-IV0", 4, False),
         ("3.3-IV1", 5, True),
         ("3.3-IV2", 6, True),
-        ("3.3-IV3", 7, True),
-        ("3.4-IV0", 8, True),
-        ("3.5-IV0", 9, False),
-        ("3.5-IV1", 10, False),
-        ("3.5-IV2", 11, True),
-        ("3.6-IV0", 12, False),
-        ("3.6-IV1", 13, True),
-        ("3.6-IV2", 14, True),
-        ("3.7-IV0", 15, True),
-        ("3.7-IV1", 16, False),
-        ("3.7-IV2", 17, True),
-        ("3.7-IV3", 18, False),
-        ("3.7-IV4", 19, False),
-        ("3.8-IV0", 20, False),
-        ("3.9-IV0", 21, False),
-        ("4.0-IV0", 22, False),
-        ("4.0-IV1", 23, True),
-        ("4.0-IV2", 24, False),
-        ("4.0-IV3", 25, False),
     )
+)
+
+METADATA_VERSIONS: tuple[MetadataVersion, ...] = _BEFORE_KAFKA_4 + tuple(
+    MetadataVersion(mv.name, mv.level, mv.did_metadata_change, mv.production)
+    for mv in kafka.KAFKA_METADATA_VERSIONS
 )
 
 _BY_LEVEL: Mapping[int, MetadataVersion] = MappingProxyType({mv.level: mv for mv in METADATA_VERSIONS})
@@ -77,8 +82,10 @@ _BY_NAME: Mapping[str, MetadataVersion] = MappingProxyType({mv.name: mv for mv i
 MINIMUM_KRAFT_VERSION = _BY_LEVEL[1]
 # The first version with FeatureLevelRecord: nothing older can be written to a log.
 MINIMUM_BOOTSTRAP_VERSION = _BY_LEVEL[4]
-LATEST_PRODUCTION = _BY_LEVEL[22]
-LATEST_TESTING = METADATA_VERSIONS[-1]
+# The pinned Kafka release's newest production level, and its newest level of all
+# (offered only with unstable.feature.versions.enable).
+LATEST_PRODUCTION = _BY_NAME[kafka.LATEST_PRODUCTION_METADATA_VERSION]
+LATEST_TESTING = _BY_NAME[kafka.LATEST_TESTING_METADATA_VERSION]
 
 # Named gates (Kafka's MetadataVersion.is...Supported methods).
 IBP_3_3_IV1 = 5  # NoOpRecord
@@ -90,6 +97,7 @@ IBP_3_7_IV0 = 15  # controller registration
 IBP_3_7_IV2 = 17  # directory assignment (log dirs in registrations)
 IBP_3_9_IV0 = 21
 IBP_4_0_IV0 = 22
+IBP_4_0_IV1 = 23  # eligible leader replicas (PartitionRecord v2)
 IBP_4_0_IV2 = 24
 
 
@@ -196,34 +204,26 @@ class FeatureSpec:
         return None
 
 
-def _deps(**levels: int) -> Mapping[str, int]:
-    return MappingProxyType({name.replace("_", "."): level for name, level in levels.items()})
+# kraftwerk's order: the features it had first keep their place (bootstrap records and
+# DescribeFeatures follow it), the ones Kafka added since come after, in Kafka's order.
+_FEATURE_ORDER = (KRAFT_VERSION, GROUP_VERSION, TRANSACTION_VERSION,
+                  ELIGIBLE_LEADER_REPLICAS_VERSION, SHARE_VERSION, STREAMS_VERSION)
 
+
+def _feature_spec(fact: kafka.KafkaFeature) -> FeatureSpec:
+    # Level 0 ("off") stays implicit: it needs nothing and every node supports it.
+    levels = tuple(
+        FeatureLevel(level.level, _BY_NAME[level.bootstrap_metadata_version].level,
+                     MappingProxyType(dict(level.dependencies)))
+        for level in fact.levels if level.level > 0
+    )
+    return FeatureSpec(fact.name, levels, fact.latest_production, fact.latest_testing)
+
+
+_KAFKA_FEATURES: Mapping[str, kafka.KafkaFeature] = MappingProxyType({f.name: f for f in kafka.KAFKA_FEATURES})
 
 FEATURES: Mapping[str, FeatureSpec] = MappingProxyType(
-    {
-        KRAFT_VERSION: FeatureSpec(
-            KRAFT_VERSION,
-            (FeatureLevel(1, IBP_3_9_IV0, _deps(metadata_version=IBP_3_9_IV0)),),
-            latest_production=1,
-            latest_testing=1,
-        ),
-        GROUP_VERSION: FeatureSpec(
-            GROUP_VERSION,
-            (FeatureLevel(1, IBP_4_0_IV0, _deps()),),
-            latest_production=1,
-            latest_testing=1,
-        ),
-        TRANSACTION_VERSION: FeatureSpec(
-            TRANSACTION_VERSION,
-            (
-                FeatureLevel(1, IBP_4_0_IV2, _deps()),
-                FeatureLevel(2, IBP_4_0_IV2, _deps()),
-            ),
-            latest_production=2,
-            latest_testing=2,
-        ),
-    }
+    {name: _feature_spec(_KAFKA_FEATURES[name]) for name in _FEATURE_ORDER}
 )
 
 

@@ -27,6 +27,10 @@ def mv_range(name: str) -> tuple[str, str]:
         ("3.8", ("3.0-IV1", "3.8-IV0")),
         ("3.9", ("3.0-IV1", "3.9-IV0")),
         ("4.0", ("3.3-IV3", "4.0-IV3")),
+        ("4.1", ("3.3-IV3", "4.1-IV1")),
+        ("4.2", ("3.3-IV3", "4.2-IV1")),
+        ("4.3", ("3.3-IV3", "4.3-IV0")),
+        ("4.4", ("3.3-IV3", "4.4-IV2")),
     ],
 )
 def test_metadata_version_ranges(name, expected):
@@ -34,7 +38,8 @@ def test_metadata_version_ranges(name, expected):
 
 
 def test_release_names_in_order():
-    assert releases.RELEASE_NAMES == ("3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "4.0")
+    assert releases.RELEASE_NAMES == ("3.3", "3.4", "3.5", "3.6", "3.7", "3.8", "3.9", "4.0", "4.1", "4.2", "4.3",
+                                      "4.4")
 
 
 def test_3_6_supports_up_to_3_6_iv2_only():
@@ -64,8 +69,11 @@ def test_every_max_is_a_real_level_and_releases_are_ordered():
         assert mv.name.startswith(name + "-IV")
         maxima.append(supported.max_level)
     assert maxima == sorted(maxima) and len(set(maxima)) == len(maxima)
-    # The newest release reaches the newest level kraftwerk knows.
-    assert maxima[-1] == ft.LATEST_TESTING.level
+    # The newest release (the pinned Kafka 4.4.0) reaches kraftwerk's newest production
+    # level; the only level above it is one no release ships yet.
+    assert maxima[-1] == ft.LATEST_PRODUCTION.level
+    assert [mv.name for mv in ft.METADATA_VERSIONS if mv.level > maxima[-1]] == [ft.LATEST_TESTING.name]
+    assert not ft.LATEST_TESTING.production
 
 
 def test_max_is_the_last_iv_of_the_release():
@@ -86,6 +94,38 @@ def test_kraft_group_and_transaction_versions():
     assert four[ft.KRAFT_VERSION] == ft.SupportedRange(0, 1)
     assert four[ft.GROUP_VERSION] == ft.SupportedRange(0, 1)
     assert four[ft.TRANSACTION_VERSION] == ft.SupportedRange(0, 2)
+    later = (ft.ELIGIBLE_LEADER_REPLICAS_VERSION, ft.SHARE_VERSION, ft.STREAMS_VERSION)
+    assert not any(name in four for name in later)
+
+
+def test_features_kafka_added_after_4_0():
+    elr, share, streams = ft.ELIGIBLE_LEADER_REPLICAS_VERSION, ft.SHARE_VERSION, ft.STREAMS_VERSION
+    assert releases.release("4.1").features[elr] == ft.SupportedRange(0, 1)
+    assert share not in releases.release("4.1").features
+    assert streams not in releases.release("4.1").features
+    for name in ("4.2", "4.3"):
+        features = releases.release(name).features
+        assert (features[elr], features[share], features[streams]) == (
+            ft.SupportedRange(0, 1), ft.SupportedRange(0, 1), ft.SupportedRange(0, 1))
+    newest = releases.release("4.4").features
+    assert newest[share] == ft.SupportedRange(0, 2)
+    # kraftwerk's own production ranges are those of the pinned Kafka release, except
+    # that kraftwerk still runs the metadata.versions below 3.3-IV3 that Kafka 4 dropped.
+    own = dict(ft.local_supported_features(False))
+    assert own.pop(MV) == ft.SupportedRange(1, newest[MV].max_level)
+    assert newest[MV].min_level == ft.metadata_version_from_name("3.3-IV3").level
+    assert {name: r for name, r in newest.items() if name != MV} == own
+
+
+def test_release_ranges_follow_kafkas_bootstrap_versions():
+    # A release from 4.0 on supports a feature level iff Kafka's catalog bootstraps that
+    # level at or below the release's top metadata.version.
+    for name in ("4.0", "4.1", "4.2", "4.3", "4.4"):
+        features = releases.release(name).features
+        top = features[MV].max_level
+        for feature, spec in ft.FEATURES.items():
+            expected = max([0] + [level.level for level in spec.levels if level.bootstrap_mv_level <= top])
+            assert features.get(feature, ft.DISABLED).max_level == expected, (name, feature)
 
 
 def test_release_before_3_9_cannot_join_a_cluster_at_kraft_version_1():

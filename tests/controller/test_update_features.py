@@ -124,11 +124,11 @@ def test_unknown_feature():
 
 def test_level_above_local_max():
     cluster = Cluster.bootstrapped()
-    result = cluster.update([("metadata.version", 23, UPGRADE)])
+    result = cluster.update([("metadata.version", 34, UPGRADE)])
     assert_rejected(
         cluster,
         result,
-        f"Invalid update version 23 for feature metadata.version. Local controller {NODE_ID} only supports versions 1-22",
+        f"Invalid update version 34 for feature metadata.version. Local controller {NODE_ID} only supports versions 1-33",
     )
 
 
@@ -160,19 +160,29 @@ def test_unknown_upgrade_type():
 
 
 def test_dependency_failure():
-    cluster = Cluster.bootstrapped(mv_level=20, unstable=True)
-    result = cluster.update([("kraft.version", 1, UPGRADE)])
+    cluster = Cluster.bootstrapped(mv_level=22)
+    result = cluster.update([("eligible.leader.replicas.version", 1, UPGRADE)])
     assert_rejected(
         cluster,
         result,
-        "Invalid update version 1 for feature kraft.version. kraft.version could not be set to 1 because it depends "
-        "on metadata.version level 21",
+        "Invalid update version 1 for feature eligible.leader.replicas.version. eligible.leader.replicas.version "
+        "could not be set to 1 because it depends on metadata.version level 23",
     )
 
 
 def test_dependency_counts_other_updates_in_the_same_request():
-    # The same request raises metadata.version to 3.9-IV0, so kraft.version's
-    # dependency holds and it fails on the next check instead.
+    # The same request raises metadata.version to 4.0-IV1, so the dependency holds.
+    cluster = Cluster.bootstrapped(mv_level=22)
+    result = cluster.update([("metadata.version", 23, UPGRADE), ("eligible.leader.replicas.version", 1, UPGRADE)])
+    assert result.response["error_code"] == 0
+    assert [r.data for r in result.records] == [
+        {"name": "metadata.version", "feature_level": 23},
+        {"name": "eligible.leader.replicas.version", "feature_level": 1},
+    ]
+    assert cluster.state.finalized_level("eligible.leader.replicas.version") == 1
+
+
+def test_kraft_version_upgrade_with_a_metadata_version_raise_is_still_refused():
     cluster = Cluster.bootstrapped(mv_level=20, unstable=True)
     result = cluster.update([("metadata.version", 21, UPGRADE), ("kraft.version", 1, UPGRADE)])
     assert_rejected(
@@ -231,7 +241,7 @@ def test_metadata_version_cannot_be_deleted():
     assert_rejected(
         cluster,
         result,
-        f"Invalid update version 0 for feature metadata.version. Local controller {NODE_ID} only supports versions 1-22",
+        f"Invalid update version 0 for feature metadata.version. Local controller {NODE_ID} only supports versions 1-33",
     )
 
 
@@ -256,14 +266,14 @@ def test_broker_missing_a_feature_counts_as_zero_zero():
 
 def test_all_or_nothing():
     cluster = Cluster.bootstrapped(mv_level=20)
-    result = cluster.update([("group.version", 1, UPGRADE), ("metadata.version", 23, UPGRADE)])
+    result = cluster.update([("group.version", 1, UPGRADE), ("metadata.version", 34, UPGRADE)])
     assert result.records == []
     assert cluster.state.finalized_level("group.version") == 0
 
 
 def test_first_error_in_request_order_is_reported():
     cluster = Cluster.bootstrapped(mv_level=20)
-    result = cluster.update([("metadata.version", 23, UPGRADE), ("group.version", -1, UPGRADE)])
+    result = cluster.update([("metadata.version", 34, UPGRADE), ("group.version", -1, UPGRADE)])
     assert "metadata.version" in result.response["error_message"]
 
 

@@ -30,13 +30,17 @@ def test_features_describe(controller):
     # Epoch 1: offset 0 is the quorum leader's LeaderChange record, the bootstrap record is 1.
     lines = describe_lines(controller)
     assert lines["Feature: metadata.version"] == (
-        "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.0-IV0\t"
+        "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.4-IV2\t"
         "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1")
     assert lines["Feature: group.version"] == (
         "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
         "FinalizedVersionLevel: -\tEpoch: 1")
+    assert lines["Feature: share.version"] == (
+        "Feature: share.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
+        "FinalizedVersionLevel: -\tEpoch: 1")
     assert set(lines) == {"Feature: group.version", "Feature: kraft.version", "Feature: metadata.version",
-                          "Feature: transaction.version"}
+                          "Feature: transaction.version", "Feature: eligible.leader.replicas.version",
+                          "Feature: share.version", "Feature: streams.version"}
 
 
 def test_upgrade_dry_run_then_upgrade_then_lossless_downgrade(controller):
@@ -79,10 +83,10 @@ def test_lossy_downgrade_is_refused_safe_and_shown_then_done_unsafe(controller):
 
 
 def test_upgrade_past_the_supported_maximum_is_refused(controller):
-    result = features(controller, "upgrade", "--metadata", "4.0-IV1")
+    result = features(controller, "upgrade", "--metadata", "4.5-IV0")
     assert result.returncode == 1
-    assert "Could not upgrade metadata.version to 4.0-IV1." in result.stdout
-    assert "only supports versions 1-22" in result.stdout
+    assert "Could not upgrade metadata.version to 4.5-IV0." in result.stdout
+    assert "only supports versions 1-33" in result.stdout
 
 
 def test_disable_with_dry_run_then_for_real(controller):
@@ -236,17 +240,17 @@ def test_second_controller_on_a_directory_in_use_exits_1_without_a_traceback(con
 
 
 def test_a_controller_that_cannot_run_the_finalized_metadata_version_refuses_to_start(tmp_path):
-    # Formatted at an unstable level (4.0-IV3 = 25) by a node that allows unstable levels,
+    # Formatted at an unstable level (4.5-IV0 = 34) by a node that allows unstable levels,
     # then started as software that does not: KIP-778 says it must stop, clearly.
     log_dir = tmp_path / "metadata"
     cluster_id = new_cluster_id()
-    result = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", "4.0-IV3",
+    result = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", "4.5-IV0",
                      "--log-dir", str(log_dir), timeout_s=30)
     assert result.returncode == 0, result.stderr
     result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0",
                      "--port-file", str(tmp_path / "port"), timeout_s=30)
     assert result.returncode == 1
-    assert "metadata.version is finalized at 25 (4.0-IV3), but this node supports 1-22" in result.stderr
+    assert "metadata.version is finalized at 34 (4.5-IV0), but this node supports 1-33" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "port").exists()
     # The same directory starts on software that supports the level.

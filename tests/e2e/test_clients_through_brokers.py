@@ -23,7 +23,7 @@ def test_kafka_python_describes_and_updates_features_through_a_broker(cluster):
                              client_id="kraftwerk-e2e")
     try:
         described = admin.describe_features()[MV]
-        assert described["supported"] == (1, 22) and described["finalized"][1] == MV_3_7_IV4
+        assert described["supported"] == (1, 33) and described["finalized"][1] == MV_3_7_IV4
         # The broker names itself the controller and forwards the update to the real one.
         assert admin.update_features({MV: MV_3_8_IV0}) == {MV: "OK"}
         cluster.wait_metadata_version(MV_3_8_IV0)

@@ -46,7 +46,7 @@ def finalized_level(admin, feature=MV) -> tuple[int | None, int | None]:
 
 def test_describe_features(admin):
     described = admin.describe_features()
-    assert described[MV]["supported"] == (1, 22)
+    assert described[MV]["supported"] == (1, 33)
     assert described[MV]["finalized"] == (19, 19)
     assert described[MV]["finalized_epoch"] == BOOTSTRAP_EPOCH
     assert described["transaction.version"]["supported"] == (0, 2)
@@ -114,8 +114,8 @@ def test_unknown_feature(admin):
 
 def test_level_above_the_supported_maximum(admin, controller):
     with pytest.raises(InvalidUpdateVersionError) as raised:
-        admin.update_features({MV: 23})
-    assert "Local controller 1 only supports versions 1-22" in str(raised.value)
+        admin.update_features({MV: 34})
+    assert "Local controller 1 only supports versions 1-33" in str(raised.value)
     assert finalized_level(admin) == (19, BOOTSTRAP_EPOCH)
     controller.wait_for_event("controller.feature_update_rejected")
 
@@ -145,7 +145,7 @@ def test_kafka_admin_cli_describe_then_update_features(controller):
     described = kafka_admin_cli(controller, "cluster", "describe-features")
     assert described.returncode == 0, described.stdout + described.stderr
     before = ast.literal_eval(described.stdout)
-    assert before[MV] == {"finalized": (19, 19), "finalized_epoch": BOOTSTRAP_EPOCH, "supported": (1, 22)}
+    assert before[MV] == {"finalized": (19, 19), "finalized_epoch": BOOTSTRAP_EPOCH, "supported": (1, 33)}
 
     updated = kafka_admin_cli(controller, "cluster", "update-features", "-f", f"{MV}=21")
     assert updated.returncode == 0, updated.stdout + updated.stderr

@@ -25,8 +25,8 @@ def test_an_upgrade_no_controller_can_refuse_is_refused_naming_the_old_one(tmp_p
     processes = []
     try:
         for spec in specs:
-            # Controllers 1 and 2 run "newer software" (unstable levels up to 4.0-IV3 = 25);
-            # controller 3 is still on the production range (up to 22).
+            # Controllers 1 and 2 run "newer software" (unstable levels up to 4.5-IV0 = 34);
+            # controller 3 is still on the production range (up to 4.4-IV2 = 33).
             extra = {"unstable.feature.versions.enable": "true"} if spec.node_id != 3 else {}
             lc.write_config(spec, specs, extra)
             lc.format_controller(spec, cluster_id, "3.7-IV4")
@@ -41,11 +41,11 @@ def test_an_upgrade_no_controller_can_refuse_is_refused_naming_the_old_one(tmp_p
                 break
         assert check.returncode == 0, check.stdout + check.stderr
 
-        refused = lc.run_cli("features", "upgrade", "--metadata", "4.0-IV3", "--bootstrap-server", bootstrap,
+        refused = lc.run_cli("features", "upgrade", "--metadata", "4.5-IV0", "--bootstrap-server", bootstrap,
                              "--timeout-s", "30")
         assert refused.returncode == 1
         # Named as "Controller 3" by another leader, or "Local controller 3" if 3 leads.
-        assert re.search(r"(Local c|C)ontroller 3 only supports versions 1-22", refused.stdout), refused.stdout
+        assert re.search(r"(Local c|C)ontroller 3 only supports versions 1-33", refused.stdout), refused.stdout
 
         accepted = lc.run_cli("features", "upgrade", "--metadata", "4.0-IV0", "--bootstrap-server", bootstrap,
                               "--timeout-s", "30")
