@@ -264,9 +264,14 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
 
     # -- views for handlers ---------------------------------------------------
     def active_controller_id(self) -> int:
-        """The Raft leader, which is the active controller (-1 while unknown)."""
-        leader = self.raft_driver.leader_id if self.raft_driver is not None else None
-        return leader if leader is not None else -1
+        """The Raft leader, which is the active controller (-1 while unknown, and while
+        this node's fetches to it keep failing: clients told a dead leader would keep
+        sending to it until their next metadata refresh; told "unknown", they ask again)."""
+        driver = self.raft_driver
+        leader = driver.leader_id if driver is not None else None
+        if leader is None or driver.leader_unreachable:
+            return -1
+        return leader
 
     def client_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
         """The nodes a client bootstrapped here is told about (Metadata): the controllers."""

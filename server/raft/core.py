@@ -84,6 +84,9 @@ MAX_EPOCH_JUMP = 1000
 
 # Observers (brokers) the leader keeps state for; any id may fetch, so the map is capped.
 MAX_OBSERVERS = 1024
+# Failed fetches in a row after which a follower reports its leader unreachable: one
+# can be a dropped connection to a live leader, two (a retry backoff apart) rarely are.
+LEADER_UNREACHABLE_FAILURES = 2
 
 CONFLICTING_LEADER = Event.RAFT_CONFLICTING_LEADER
 BAD_RESPONSE = RESPONSE_REFUSED
@@ -307,7 +310,8 @@ class RaftCore:
         self._fetch_sent_ms = 0
         self._fetch_backoff_until_ms = 0
         self._fetch_target: int | None = None
-        # Observer: fetches to its leader that failed in a row since it last heard from it.
+        # Follower (voter or observer): fetches to its leader that failed in a row since
+        # it last heard from it.
         self._leader_fetch_failures = 0
         # Last successful exchange with the leader (pre-vote refusals rely on it).
         self._last_leader_contact_ms = -1
@@ -341,6 +345,12 @@ class RaftCore:
     @property
     def voted_id(self) -> NodeId | None:
         return self._state.voted_id
+
+    @property
+    def leader_unreachable(self) -> bool:
+        """A follower whose last fetches to its leader all failed: the leader is probably
+        gone, although no election has named another yet (what clients are told then)."""
+        return self.role is Role.FOLLOWER and self._leader_fetch_failures >= LEADER_UNREACHABLE_FAILURES
 
     @property
     def quorum_state(self) -> QuorumState:
@@ -1233,7 +1243,7 @@ class RaftCore:
         self._count_leader_fetch_failure()
 
     def _count_leader_fetch_failure(self) -> None:
-        if self.role is Role.FOLLOWER and not self.config.is_voter:
+        if self.role is Role.FOLLOWER:
             self._leader_fetch_failures += 1
 
     def _handle_fetch_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:

@@ -393,6 +393,11 @@ class RaftDriver:
         return self._offline.leader_id if self._offline is not None else None
 
     @property
+    def leader_unreachable(self) -> bool:
+        """This follower's last fetches to its leader all failed (see RaftCore)."""
+        return self._core is not None and self._core.leader_unreachable
+
+    @property
     def storage_offline(self) -> bool:
         """True while the log is offline after a disk failure (see the module docstring)."""
         return self._offline is not None

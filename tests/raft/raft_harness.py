@@ -100,6 +100,9 @@ class HarnessNode:
         # Ungated: these nodes have no metadata image (no finalized metadata.version).
         return {key: (api.min_version, api.max_version) for key, api in self.served_apis.items()}
 
+    def read_barrier_needed(self) -> bool:
+        return False  # no metadata image to catch up with the leader's
+
     @property
     def driver(self) -> RaftDriver:
         assert self.raft_driver is not None, f"node {self.node_id} is not running"

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/IBM/sarama"
@@ -277,6 +278,11 @@ func transientError(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotConnected) ||
 		errors.Is(err, sarama.ErrControllerNotAvailable) {
+		return true
+	}
+	// kgo's errUnknownController (unexported): the controller is not known for now,
+	// franz-go's counterpart of sarama.ErrControllerNotAvailable.
+	if strings.HasPrefix(err.Error(), "broker replied that the controller broker") {
 		return true
 	}
 	var ne net.Error
