@@ -21,35 +21,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import interop_program  # noqa: E402  (tools/interop_program.py, beside this file)
+
 ROOT = Path(__file__).resolve().parent.parent
-INTEROP = ROOT / "interop"
 TARGET = ROOT / "server" / "controller" / "kafka_feature_catalog.py"
 SAVED = ROOT / "tests" / "data" / "kafka-feature-catalog.json"
-CLASSPATH_FILE = "target/broker-catalog-classpath.txt"
 MAIN_CLASS = "kraftwerk.interop.FeatureCatalog"
-MAVEN_TIMEOUT_S = 540
-JAVA_TIMEOUT_S = 120
 
 
 def ask_kafka() -> dict:
-    """Build the interop classes with the server jars and run the catalogue program."""
-    build = subprocess.run(
-        ["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(INTEROP / "pom.xml"), "-P", "broker-catalog",
-         "compile", "dependency:build-classpath", f"-Dmdep.outputFile={CLASSPATH_FILE}"],
-        capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S, cwd=ROOT)
-    if build.returncode != 0:
-        # Maven's own output only matters when the build fails.
-        sys.stderr.write(build.stdout[-4000:] + build.stderr[-4000:])
-        raise SystemExit(f"mvn failed (exit {build.returncode})")
-    classpath = (INTEROP / CLASSPATH_FILE).read_text().strip()
-    out = subprocess.run(
-        ["java", "-Xmx256m", "-cp", f"{INTEROP / 'target' / 'classes'}:{classpath}", MAIN_CLASS],
-        check=True, capture_output=True, text=True, timeout=JAVA_TIMEOUT_S, cwd=ROOT)
-    return json.loads(out.stdout)
+    return interop_program.ask_kafka(MAIN_CLASS)
 
 
 def _check_document(document: dict) -> None:
