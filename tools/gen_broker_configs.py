@@ -116,18 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="render from a saved BrokerConfigCatalog document")
     args = parser.parse_args(argv)
     document = json.loads(args.json.read_text()) if args.json else ask_kafka()
-    text = render(document)
-    if args.check:
-        current = TARGET.read_text() if TARGET.exists() else ""
-        if current != text:
-            print(f"{TARGET.relative_to(ROOT)} differs from what Kafka {document['kafka_version']} says; "
-                  "run tools/gen_broker_configs.py", file=sys.stderr)
-            return 1
-        print(f"{TARGET.relative_to(ROOT)} matches Kafka {document['kafka_version']}")
-        return 0
-    TARGET.write_text(text)
-    print(f"wrote {TARGET.relative_to(ROOT)}: {len(document['keys'])} keys from Kafka {document['kafka_version']}")
-    return 0
+    return interop_program.check_or_write(TARGET, render(document), document["kafka_version"],
+                                          "tools/gen_broker_configs.py", args.check, f"{len(document['keys'])} keys")
 
 
 if __name__ == "__main__":

@@ -172,18 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render(document)
     if args.save_json:
         args.save_json.write_text(json.dumps(document, indent=2) + "\n")
-    if args.check:
-        current = TARGET.read_text() if TARGET.exists() else ""
-        if current != text:
-            print(f"{TARGET.relative_to(ROOT)} differs from what Kafka {document['kafka_version']} says; "
-                  "run tools/gen_feature_catalog.py", file=sys.stderr)
-            return 1
-        print(f"{TARGET.relative_to(ROOT)} matches Kafka {document['kafka_version']}")
-        return 0
-    TARGET.write_text(text)
-    print(f"wrote {TARGET.relative_to(ROOT)}: {len(document['metadata_versions'])} metadata.versions, "
-          f"{len(document['features'])} features from Kafka {document['kafka_version']}")
-    return 0
+    return interop_program.check_or_write(
+        TARGET, text, document["kafka_version"], "tools/gen_feature_catalog.py", args.check,
+        f"{len(document['metadata_versions'])} metadata.versions, {len(document['features'])} features")
 
 
 if __name__ == "__main__":

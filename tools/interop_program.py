@@ -35,3 +35,19 @@ def ask_kafka(main_class: str) -> dict:
         ["java", "-Xmx256m", "-cp", f"{INTEROP / 'target' / 'classes'}:{classpath}", main_class],
         check=True, capture_output=True, text=True, timeout=JAVA_TIMEOUT_S, cwd=ROOT)
     return json.loads(out.stdout)
+
+
+def check_or_write(target: Path, text: str, kafka_version: str, tool: str, check: bool, summary: str) -> int:
+    """With `check`, 0 if `target` already holds `text` (else 1, naming `tool` to run);
+    otherwise writes it, saying `summary`. The exit code of the generator."""
+    where = target.relative_to(ROOT)
+    if check:
+        current = target.read_text() if target.exists() else ""
+        if current != text:
+            print(f"{where} differs from what Kafka {kafka_version} says; run {tool}", file=sys.stderr)
+            return 1
+        print(f"{where} matches Kafka {kafka_version}")
+        return 0
+    target.write_text(text)
+    print(f"wrote {where}: {summary} from Kafka {kafka_version}")
+    return 0

@@ -54,7 +54,7 @@ from server.raft.driver import RaftDriver
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity
 from server.api.context import BrokerServices
-from server.nodes.forwarding import Forwarder
+from server.nodes.forwarding import Forwarder, peer_connections
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import StartupError
@@ -173,13 +173,8 @@ class BrokerNode(ServingNode, BrokerServices):
 
     def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
                                 security: ClientSecurity) -> dict[int, PeerConnection]:
-        connections = {}
-        for node_id, address in peers.items():
-            peer = PeerConnection(address, f"kraftwerk-broker-{self.config.node_id}{client_suffix}",
-                                  random.Random(self._rng.random()))
-            peer.security = security
-            connections[node_id] = peer
-        return connections
+        return peer_connections(peers, f"kraftwerk-broker-{self.config.node_id}{client_suffix}", security,
+                                self._rng)
 
     # -- running --------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -40,14 +40,14 @@ from server.dispatch import Dispatcher
 from server.migration.copy import migration_state_record
 from server.migration.driver import MigrationDriver
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.peer import PeerAddress, PeerConnection
+from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
 from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.exposure import warn_exposed_listeners
 from server.api.context import ControllerServices, RaftEndpoint
-from server.nodes.forwarding import Forwarder
+from server.nodes.forwarding import Forwarder, peer_connections
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
@@ -154,11 +154,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             )
             # A standby relays the writes clients send it to the active controller, and
             # reads after it, over connections of its own (server/nodes/forwarding.py).
-            self._forward_peers = {}
-            for node_id, address in peers.items():
-                peer = PeerConnection(address, f"kraftwerk-controller-{config.node_id}-forward", random.Random())
-                peer.security = security
-                self._forward_peers[node_id] = peer
+            self._forward_peers = peer_connections(peers, f"kraftwerk-controller-{config.node_id}-forward",
+                                                   security, random.Random())
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer)
             if config.migration_enabled:
                 if not config.zookeeper_connect:

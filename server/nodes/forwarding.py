@@ -26,6 +26,7 @@ Rules kept here:
 from __future__ import annotations
 
 import os
+import random
 
 import trio
 
@@ -42,9 +43,10 @@ from server.controller.answers import (
     with_tag,
 )
 from server.controller.replayer import Replayer
-from server.net.peer import PeerConnection, PeerUnavailable
+from server.net.peer import PeerAddress, PeerConnection, PeerUnavailable
 from server.observability import Event, get_logger
 from server.raft.driver import RaftDriver
+from server.security.client_config import ClientSecurity
 from server.security.envelope import ENVELOPE_KEY, address_bytes, serialize_principal
 
 log = get_logger("forwarding")
@@ -58,6 +60,18 @@ READ_YOUR_WRITES_WAIT_S = 5.0
 # How long a read waits to learn the leader's offset and to replay up to it.
 READ_BARRIER_TIMEOUT_S = 1.0
 BARRIER_CLIENT = {"client_software_name": "kraftwerk-read-barrier", "client_software_version": "1"}
+
+
+def peer_connections(peers: dict[int, PeerAddress], client_id: str, security: ClientSecurity | None,
+                     rng: random.Random) -> dict[int, PeerConnection]:
+    """One connection of this node's own to each controller in `peers` (not the Raft
+    driver's: see the module's rules), each with a random source drawn from `rng`."""
+    connections = {}
+    for node_id, address in peers.items():
+        peer = PeerConnection(address, client_id, random.Random(rng.random()))
+        peer.security = security
+        connections[node_id] = peer
+    return connections
 
 
 class Forwarder:
