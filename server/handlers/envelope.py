@@ -55,7 +55,7 @@ def _gated_message(name: str, version: int) -> str:
 
 
 def _error(code: int) -> dict:
-    return {"throttle_time_ms": 0, "response_data": None, "error_code": code}
+    return {"response_data": None, "error_code": code}
 
 
 async def handle(ctx, request):
@@ -122,7 +122,7 @@ async def handle(ctx, request):
     out = BytesIO()
     out.write(encode_response_header(header.correlation_id, api.response_header_version(version)))
     api.response.encode_into(version, body, out)
-    answer = {"throttle_time_ms": 0, "response_data": out.getvalue(), "error_code": ErrorCode.NONE}
+    answer = {"response_data": out.getvalue(), "error_code": ErrorCode.NONE}
     image = services.image
     if forward_id is None or image is None:
         return answer

@@ -54,7 +54,7 @@ from server.raft.driver import RaftDriver
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity
 from server.api.context import BrokerServices
-from server.nodes.forwarding import Forwarder, peer_connections
+from server.nodes.forwarding import Forwarder, leader_wait_s, peer_connections
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import StartupError
@@ -168,7 +168,8 @@ class BrokerNode(ServingNode, BrokerServices):
                 self.raft_driver, state, recovered.replay_from, self.supported_node_features,
                 node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
                 stop_on_unsupported_level=False)
-            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer)
+            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
         self._metadata_version = state.metadata_version
 
     def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
@@ -390,7 +391,7 @@ class BrokerNode(ServingNode, BrokerServices):
         return await self.forwarder.forward(api_key, version, request, ctx)
 
     def read_barrier_needed(self) -> bool:
-        return self.raft_driver.leader_id is not None
+        return True  # a broker never leads: every read waits for the leader's image
 
     async def read_barrier(self) -> None:
         await self.forwarder.read_barrier()

@@ -47,7 +47,7 @@ from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.exposure import warn_exposed_listeners
 from server.api.context import ControllerServices, RaftEndpoint
-from server.nodes.forwarding import Forwarder, peer_connections
+from server.nodes.forwarding import Forwarder, leader_wait_s, peer_connections
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
@@ -156,7 +156,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             # reads after it, over connections of its own (server/nodes/forwarding.py).
             self._forward_peers = peer_connections(peers, f"kraftwerk-controller-{config.node_id}-forward",
                                                    security, random.Random())
-            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer)
+            self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
             if config.migration_enabled:
                 if not config.zookeeper_connect:
                     raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the "
@@ -261,14 +262,14 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
 
     # -- views for handlers ---------------------------------------------------
     def active_controller_id(self) -> int:
-        """The Raft leader, which is the active controller (-1 while unknown, and while
-        this node's fetches to it keep failing: clients told a dead leader would keep
-        sending to it until their next metadata refresh; told "unknown", they ask again)."""
+        """The Raft leader, which is the active controller; while an election runs, the
+        last one this node knew (-1 only if it never knew one). A client sent to a dead
+        leader is refused a connection and asks again, while one told "unknown" may keep
+        that answer for minutes (Kafka's Java Admin with bootstrap.controllers). Reads
+        wait for a live leader first (`read_barrier`), so few answers name a dead one."""
         driver = self.raft_driver
-        leader = driver.leader_id if driver is not None else None
-        if leader is None or driver.leader_unreachable:
-            return -1
-        return leader
+        leader = driver.last_leader_id if driver is not None else None
+        return -1 if leader is None else leader
 
     def client_endpoints(self, listener_name: str | None = None) -> list[Endpoint]:
         """The nodes a client bootstrapped here is told about (Metadata): the controllers."""
@@ -351,9 +352,12 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         return await self.forwarder.forward(api_key, version, request, ctx)
 
     def read_barrier_needed(self) -> bool:
-        """Reads wait for the leader's image on every controller but the leader."""
-        leader = self.raft_driver.leader_id if self.raft_driver is not None else None
-        return leader is not None and leader != self.config.node_id
+        """Reads wait for the leader's image on every controller but the leader (and for
+        a live leader on one that knows none)."""
+        driver = self.raft_driver
+        if driver is None:
+            return False
+        return driver.leader_id != self.config.node_id or driver.leader_unreachable
 
     async def read_barrier(self) -> None:
         await self.forwarder.read_barrier()

@@ -21,6 +21,12 @@ Rules kept here:
   record it replayed, which covers every write it has acknowledged) and waits until its
   own image is there. Bounded by READ_BARRIER_TIMEOUT_S: with no leader reachable the
   read is answered from the image as it is (stale but available, as in Kafka).
+- A read on a node that knows no live leader (none named, or its fetches to it keep
+  failing, as right after a kill) first waits for one, at most `leader_wait_s`: without
+  it, a broker would answer from an image that misses writes the new leader has
+  acknowledged, and a controller would name no active controller — a client told
+  "none" may not ask again for minutes (Kafka's Java Admin with bootstrap.controllers
+  keeps such metadata until metadata.max.age.ms).
 """
 
 from __future__ import annotations
@@ -62,6 +68,12 @@ READ_BARRIER_TIMEOUT_S = 1.0
 BARRIER_CLIENT = {"client_software_name": "kraftwerk-read-barrier", "client_software_version": "1"}
 
 
+def leader_wait_s(fetch_timeout_ms: int, election_timeout_ms: int) -> float:
+    """How long a read that finds no live leader waits for one: a follower's detection
+    of a dead leader (its fetch timeout) and the election after it."""
+    return (fetch_timeout_ms + election_timeout_ms) / 1000
+
+
 def peer_connections(peers: dict[int, PeerAddress], client_id: str, security: ClientSecurity | None,
                      rng: random.Random) -> dict[int, PeerConnection]:
     """One connection of this node's own to each controller in `peers` (not the Raft
@@ -76,8 +88,9 @@ def peer_connections(peers: dict[int, PeerAddress], client_id: str, security: Cl
 
 class Forwarder:
     def __init__(self, node_id: int, driver: RaftDriver, peers: dict[int, PeerConnection],
-                 replayer: Replayer) -> None:
+                 replayer: Replayer, leader_wait_s: float) -> None:
         self._node_id = node_id
+        self._leader_wait_s = leader_wait_s
         self._driver = driver
         self._peers = peers
         self._replayer = replayer
@@ -151,6 +164,14 @@ class Forwarder:
             raise PeerUnavailable(f"undecodable forwarded response: {exc}") from None
         return response, decode_offset(tagged(envelope, COMMITTED_OFFSET_TAG))
 
+    async def wait_live_leader(self, timeout_s: float) -> None:
+        """Until the Raft driver names a leader whose fetches do not keep failing (this
+        node included), at most `timeout_s`."""
+        driver = self._driver
+        with trio.move_on_after(timeout_s):
+            while driver.leader_id is None or driver.leader_unreachable:
+                await driver.wait_changed()
+
     async def _wait_leader_change(self, leader: int | None, timeout_s: float) -> None:
         """Until the Raft driver names a leader other than `leader` (at once if it
         already does), at most `timeout_s`."""
@@ -169,13 +190,18 @@ class Forwarder:
     # -- reading -------------------------------------------------------------------------
     async def read_barrier(self) -> None:
         """Until this node's image holds everything the leader had replayed when asked
-        (see the module docstring); at once on the leader itself."""
+        (see the module docstring); at once on the leader itself. A node that knows no
+        live leader first waits for one."""
+        await self.wait_live_leader(self._leader_wait_s)
         leader = self._driver.leader_id
         if leader is None or leader == self._node_id:
             return
         peer = self._peers.get(leader)
-        if peer is None or not peer.connected:
+        if peer is None:
             return
+        # A connection being re-established (the leader restarted, or was elected after
+        # this node's connection to it broke) is waited for within the bound: skipping
+        # the barrier then would answer from an image that misses acknowledged writes.
         with trio.move_on_after(READ_BARRIER_TIMEOUT_S):
             try:
                 answer = await peer.request(ApiKey.API_VERSIONS, BARRIER_CLIENT, READ_BARRIER_TIMEOUT_S, version=3)

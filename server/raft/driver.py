@@ -326,6 +326,8 @@ class RaftDriver:
         # leadership task follows (waking it at every commit cost a task switch each).
         self._role_changed = trio.Event()
         self._leader_ready_seen = False
+        self._leader_unreachable_seen = False
+        self._last_leader_id: int | None = None
         self._high_watermark = 0
         # Answers the core gave at once, held until the next Ready is persisted.
         self._held: list[tuple[_Answer, Body]] = []
@@ -391,6 +393,13 @@ class RaftDriver:
             return self._core.leader_id
         # Offline: the other node this one last followed (never itself), so clients re-route.
         return self._offline.leader_id if self._offline is not None else None
+
+    @property
+    def last_leader_id(self) -> int | None:
+        """The leader now, or else the last one this node knew of (None if it never knew
+        one): what a client is told while an election runs (see ControllerNode)."""
+        leader = self.leader_id
+        return leader if leader is not None else self._last_leader_id
 
     @property
     def leader_unreachable(self) -> bool:
@@ -486,8 +495,8 @@ class RaftDriver:
         return self._peers.get(node_id)
 
     async def wait_changed(self) -> None:
-        """Returns at the next change of role, epoch, leader, high watermark, snapshot or
-        of the leader's flushed end offset."""
+        """Returns at the next change of role, epoch, leader, high watermark, snapshot,
+        of the leader's flushed end offset or of `leader_unreachable`."""
         await self._changed.wait()
 
     async def wait_role_changed(self) -> None:
@@ -496,6 +505,8 @@ class RaftDriver:
         await self._role_changed.wait()
 
     def _notify(self, role: bool = False) -> None:
+        if self.leader_id is not None:
+            self._last_leader_id = self.leader_id
         self._changed.set()
         self._changed = trio.Event()
         if role:
@@ -884,6 +895,10 @@ class RaftDriver:
         if self.leader_ready != self._leader_ready_seen:
             self._leader_ready_seen = not self._leader_ready_seen
             role = True
+        if self.leader_unreachable != self._leader_unreachable_seen:
+            # Readers waiting for a live leader (server/nodes/forwarding.py) wake on both edges.
+            self._leader_unreachable_seen = not self._leader_unreachable_seen
+            changed = True
         if changed or role:
             self._notify(role)
         # 4. Answers held since before this Ready, then what the Ready sends.
@@ -1036,6 +1051,7 @@ class RaftDriver:
         self._generation += 1
         self._flushing = False
         self._leader_ready_seen = False
+        self._leader_unreachable_seen = False
         self._offline = None
         self._online_since_ms = now
         _log.info(Event.STORAGE_DISK_RECOVERED, node_id=self.config.node_id, offline_ms=now - offline.since_ms,

@@ -225,16 +225,6 @@ def _keeps_dead_controller(client: str) -> dict[str, str]:
     return {"controller": KEEPS_DEAD_CONTROLLER.format(client=client)}
 
 
-# Not a limitation of the client but an open question: in about one run of four the Java
-# Admin with bootstrap.controllers reconnects to no survivor within the phase's 20 s
-# (every call REQUEST_TIMED_OUT, its log repeating "Connection to node N could not be
-# established" for the killed leader); in the others it recovers within ~2.5 s. Until the
-# cause is found the phase is not run there: a test that fails one run in four is a bug
-# to find, not a result. Through the brokers the Java Admin runs it.
-JAVA_CONTROLLER_FAILOVER = ("intermittent, under investigation: in about one run of four kafka-clients' Admin with "
-                            "bootstrap.controllers reconnects to no surviving controller within 20 s of the kill "
-                            "(in the others within ~2.5 s); through the brokers it recovers every time")
-
 DRIVERS: list[Driver] = [
     Driver("kafka-python", _python_driver("kafka_python_driver.py"), _python_module("kafka", "kafka-python"),
            KAFKA_PYTHON_UNSUPPORTED, no_failover=_keeps_dead_controller("kafka-python")),
@@ -252,8 +242,7 @@ DRIVERS: list[Driver] = [
     _go("kadm"),
     _go("sarama"),
     Driver("java-admin", _java_command, _java_missing, JAVA_UNSUPPORTED,
-           path_unsupported={"controller": JAVA_CONTROLLER_UNSUPPORTED},
-           no_failover={"controller": JAVA_CONTROLLER_FAILOVER}),
+           path_unsupported={"controller": JAVA_CONTROLLER_UNSUPPORTED}),
 ]
 
 
