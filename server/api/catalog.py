@@ -45,6 +45,7 @@ from protocol.registry import API_MESSAGES
 from protocol.schema import Message, Versions
 from server.controller.features import metadata_version_from_level
 from server.handlers import (
+    allocate_producer_ids,
     alter_client_quotas,
     alter_configs,
     alter_user_scram_credentials,
@@ -232,6 +233,9 @@ _SPECS = (
             notes="Unfencing once caught up; fencing after `broker.session.timeout.ms` without heartbeats."),
     ApiSpec(ApiKey.UNREGISTER_BROKER, 0, 0, unregister_broker.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
             notes="An operator removing a broker that is gone (`kafka-cluster unregister`); brokers forward it."),
+    ApiSpec(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0, allocate_producer_ids.handle, kind=_ASYNC,
+            rule=ApiRule(CLUSTER_ACTION),
+            notes="Blocks of 1000 producer ids for a registered broker at its current epoch (ProducerIdsRecord)."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

@@ -27,7 +27,8 @@ Rules kept here:
   TopicRecord and PartitionRecords (by index), then the ConfigRecords (by
   resource and name), the UserScramCredentialRecords (by user and mechanism),
   the AccessControlEntryRecords (by id), the ClientQuotaRecords (by entity and
-  key), and a KRaftVersion control record (when kraft.version > 0)
+  key), the ProducerIdsRecord (once a block was handed out), and a KRaftVersion
+  control record (when kraft.version > 0)
   in the highest free offsets up to the last applied offset, so the last record
   replayed lands on it; a NoOpRecord there when nothing else does. Every item of
   the image came from a record at an offset of its own, so they always fit.
@@ -160,6 +161,9 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
     floating.extend((item, None) for item in topic_and_config_records(state))
     floating.extend((item, None) for item in security_records(state))
     floating.extend((item, None) for item in client_quota_records(state))
+    producer_ids = state.producer_ids
+    if producer_ids.next_producer_id > 0:
+        floating.append((record(mr.PRODUCER_IDS_RECORD, producer_ids._asdict(), version=0), None))
     if state.kraft_version > 0:
         floating.append((None, state.kraft_version))
     if not floating and last_offset not in pinned:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord
@@ -176,6 +176,17 @@ class _TopicEntry:
         return entry
 
 
+class ProducerIds(NamedTuple):
+    """The last ProducerIdsRecord (KIP-730): `next_producer_id` is the first id of the
+    next block; the last block went to `broker_id` at `broker_epoch`."""
+    next_producer_id: int
+    broker_id: int
+    broker_epoch: int
+
+
+NO_PRODUCER_IDS = ProducerIds(0, -1, -1)
+
+
 @dataclass(slots=True)
 class _Image:
     """The part of the state an aborted metadata transaction rolls back."""
@@ -206,6 +217,9 @@ class _Image:
     # (entity type, name or None for the default) pairs sorted by type; one with no keys
     # left is dropped, as Kafka's image does.
     quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    # The last ProducerIdsRecord: the first id of the next block AllocateProducerIds
+    # hands out, and the broker (and its epoch) the last block went to.
+    producer_ids: ProducerIds = NO_PRODUCER_IDS
 
     def copy(self) -> "_Image":
         return _Image(
@@ -219,6 +233,7 @@ class _Image:
             dict(self.acls),
             self.acls_changed_offset,
             {entity: dict(values) for entity, values in self.quotas.items()},
+            self.producer_ids,
         )
 
 
@@ -355,6 +370,11 @@ class ControllerState:
                                  for entity, values in self._image.quotas.items()})
 
     @property
+    def producer_ids(self) -> ProducerIds:
+        """Where the producer-id blocks stand (NO_PRODUCER_IDS before the first block)."""
+        return self._image.producer_ids
+
+    @property
     def acls_changed_offset(self) -> Offset:
         """The offset of the last ACL record applied (-1: none): a cheap change stamp."""
         return self._image.acls_changed_offset
@@ -380,6 +400,7 @@ class ControllerState:
             "scram": dict(self._image.scram),
             "acls": dict(self._image.acls),
             "quotas": {entity: dict(values) for entity, values in self._image.quotas.items()},
+            "producer_ids": self._image.producer_ids,
             "last_applied_offset": self._last_applied_offset,
             "transaction_start": self._transaction_start,
         }
@@ -683,6 +704,14 @@ class ControllerState:
             return
         self._image.quotas.setdefault(entity, {})[key] = float(_get(data, "value"))
 
+    def _replay_producer_ids(self, data: Any, offset: int) -> None:
+        # Blocks only move forward: a record that would hand out ids again is corruption.
+        next_id = _get(data, "next_producer_id")
+        current = self._image.producer_ids.next_producer_id
+        if next_id <= current:
+            raise ReplayError(f"ProducerIdsRecord at {offset}: next producer id {next_id} is not after {current}")
+        self._image.producer_ids = ProducerIds(next_id, _get(data, "broker_id"), _get(data, "broker_epoch"))
+
     def _replay_end_transaction(self, data: Any, offset: int) -> None:
         if self._transaction_start is None:
             raise ReplayError(f"EndTransactionRecord at {offset} without an open transaction")
@@ -718,6 +747,7 @@ _HANDLERS = {
     mr.ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_access_control_entry,
     mr.REMOVE_ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_remove_access_control_entry,
     mr.CLIENT_QUOTA_RECORD.api_key: ControllerState._replay_client_quota,
+    mr.PRODUCER_IDS_RECORD.api_key: ControllerState._replay_producer_ids,
 }
 
 

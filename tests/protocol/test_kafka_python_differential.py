@@ -133,6 +133,7 @@ NOT_IN_KAFKA_PYTHON = {
     62: NO_DECLARATION,  # BrokerRegistration
     63: NO_DECLARATION,  # BrokerHeartbeat
     64: NO_DECLARATION,  # UnregisterBroker
+    67: NO_DECLARATION,  # AllocateProducerIds
     70: NO_DECLARATION,  # ControllerRegistration
     80: NO_DECLARATION,  # AddRaftVoter
     81: NO_DECLARATION,  # RemoveRaftVoter
