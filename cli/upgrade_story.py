@@ -114,7 +114,7 @@ class LocalCluster:
         self.work = work
         self.cluster_id = random_uuid_string()
         controller_base_port = controller_base_port or lc.free_port_run(controllers)
-        broker_base_port = broker_base_port or lc.free_port_run(brokers)
+        broker_base_port = broker_base_port or (lc.free_port_run(brokers) if brokers else 0)
         self.controllers = lc.plan(work, controllers, controller_base_port)
         self.brokers = lc.plan_brokers(work, brokers, broker_base_port)
         self.metadata_version = metadata_version

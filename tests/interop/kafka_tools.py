@@ -55,14 +55,20 @@ class ToolRun:
         return f"$ {shown}\nexit: {self.returncode}\n--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
 
 
+def classpath_missing(classpath_file: Path, component: str) -> str | None:
+    """Why `component` (Kafka's jars whose classpath a scripts/setup.d part writes to
+    `classpath_file`) cannot run here, naming it, or None. Tests skip with this reason;
+    under CI=true tests/conftest.py turns the skip into a failure."""
+    if not shutil.which("java"):
+        return f"Java (java) is not installed, needed for {component}: {SETUP}"
+    if not classpath_file.is_file() or not classpath_file.read_text().strip():
+        return f"{component}: not resolved ({classpath_file.relative_to(REPO_ROOT)} is missing): {SETUP}"
+    return None
+
+
 def tools_missing() -> str | None:
     """Why Kafka's tools cannot run here (a reason naming the component), or None."""
-    if not shutil.which("java"):
-        return f"Java (java) is not installed, needed for Kafka's CLI tools: {SETUP}"
-    if not TOOLS_CLASSPATH_FILE.is_file() or not TOOLS_CLASSPATH_FILE.read_text().strip():
-        return (f"Kafka's CLI tools (org.apache.kafka:kafka-tools) are not resolved "
-                f"({TOOLS_CLASSPATH_FILE.relative_to(REPO_ROOT)} is missing): {SETUP}")
-    return None
+    return classpath_missing(TOOLS_CLASSPATH_FILE, "Kafka's CLI tools (org.apache.kafka:kafka-tools)")
 
 
 def command(main_class: str, *args: str) -> list[str]:
