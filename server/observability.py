@@ -61,6 +61,9 @@ class Event(StrEnum):
     BROKER_FENCED = "controller.broker_fenced"
     BROKER_UNFENCED = "controller.broker_unfenced"
     BROKER_UNREGISTERED = "controller.broker_unregistered"
+    # A PartitionChangeRecord committed (ISR, leader or replicas of one partition moved).
+    PARTITION_CHANGED = "controller.partition_changed"
+    ALTER_PARTITION_REFUSED = "controller.alter_partition_refused"
     TOPICS_CREATED = "controller.topics_created"
     TOPICS_DELETED = "controller.topics_deleted"
     CONFIGS_ALTERED = "controller.configs_altered"

@@ -11,7 +11,7 @@ REQUEST = Message(
     name='BrokerHeartbeatRequest',
     type='request',
     api_key=63,
-    valid_versions='0-1',
+    valid_versions='0-2',
     flexible_versions='0+',
     fields=(
         F('BrokerId', 'int32', '0+'),
@@ -20,6 +20,7 @@ REQUEST = Message(
         F('WantFence', 'bool', '0+'),
         F('WantShutDown', 'bool', '0+'),
         F('OfflineLogDirs', '[]uuid', '1+', tag=0, tagged_versions='1+'),
+        F('CordonedLogDirs', '[]uuid', '2+', nullable_versions='2+', tag=1, tagged_versions='2+', default='null'),
     ),
 )
 
@@ -27,7 +28,7 @@ RESPONSE = Message(
     name='BrokerHeartbeatResponse',
     type='response',
     api_key=63,
-    valid_versions='0-1',
+    valid_versions='0-2',
     flexible_versions='0+',
     fields=(
         F('ThrottleTimeMs', 'int32', '0+'),

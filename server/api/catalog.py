@@ -48,6 +48,7 @@ from server.handlers import (
     allocate_producer_ids,
     alter_client_quotas,
     alter_configs,
+    alter_partition,
     alter_user_scram_credentials,
     api_versions,
     broker_heartbeat,
@@ -227,8 +228,9 @@ _SPECS = (
             # v3: PreviousBrokerEpoch; v4: no new field, same gate.
             gate={1: 8, 2: 17, 3: 17, 4: 17},
             notes="Refused (UNSUPPORTED_VERSION) when the broker cannot run a finalized level."),
-    ApiSpec(ApiKey.BROKER_HEARTBEAT, 0, 1, broker_heartbeat.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
-            # v1: OfflineLogDirs (KIP-858).
+    ApiSpec(ApiKey.BROKER_HEARTBEAT, 0, 2, broker_heartbeat.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
+            # v1: OfflineLogDirs (KIP-858); v2: CordonedLogDirs (KIP-1066), which Kafka's
+            # brokers send from metadata.version 4.3-IV0 on.
             gate={1: 17},
             notes="Unfencing once caught up; fencing after `broker.session.timeout.ms` without heartbeats."),
     ApiSpec(ApiKey.UNREGISTER_BROKER, 0, 0, unregister_broker.handle, FORWARD, kind=_ASYNC, rule=ApiRule(ALTER),
@@ -236,6 +238,11 @@ _SPECS = (
     ApiSpec(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0, allocate_producer_ids.handle, kind=_ASYNC,
             rule=ApiRule(CLUSTER_ACTION),
             notes="Blocks of 1000 producer ids for a registered broker at its current epoch (ProducerIdsRecord)."),
+    ApiSpec(ApiKey.ALTER_PARTITION, 2, 3, alter_partition.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
+            # v2: topic ids (3.2-IV0, Kafka 4's baseline); v3: NewIsrWithEpochs (KIP-903, 3.5-IV1).
+            gate={2: 3, 3: 10},
+            notes="A partition leader's new ISR (PartitionChangeRecord) with Kafka's checks: broker and partition "
+                  "epochs, leader, eligible (unfenced, not shutting down) ISR members, leader recovery state."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

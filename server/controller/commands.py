@@ -28,6 +28,7 @@ from protocol.errors import ErrorCode
 from protocol.records import MetadataRecord, record
 from server.controller import downgrade
 from server.controller import features as ft
+from server.controller import partitions
 from server.controller.features import (
     DISABLED,
     KRAFT_VERSION,
@@ -541,6 +542,23 @@ def _controlled_shutdown_records(state: ControllerState, registration: BrokerReg
     ]
 
 
+def _cordoned_log_dirs_records(state: ControllerState, registration: BrokerRegistration, request: Any,
+                               api_version: int) -> list[MetadataRecord]:
+    """KIP-1066: a heartbeat (v2+) naming a different set of cordoned log directories
+    than the registration holds is recorded (from metadata.version 4.3-IV0); null in
+    the heartbeat means the broker does not say yet."""
+    cordoned = _field(request, "cordoned_log_dirs") if api_version >= 2 else None
+    mv = state.metadata_version
+    if cordoned is None or mv is None or not ft.cordoned_log_dirs_supported(mv):
+        return []
+    known = registration.cordoned_log_dirs
+    if known is not None and set(known) == set(cordoned):
+        return []
+    return [record(mr.BROKER_REGISTRATION_CHANGE_RECORD, {
+        "broker_id": registration.broker_id, "broker_epoch": registration.epoch,
+        "cordoned_log_dirs": list(cordoned)}, version=3)]
+
+
 def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, caught_up: bool, has_leaderships: bool) -> str:
     """Kafka's BrokerHeartbeatManager.calculateNextBrokerState."""
     if current == FENCED:
@@ -556,8 +574,8 @@ def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, cau
             return CONTROLLED_SHUTDOWN if has_leaderships else SHUTDOWN_NOW
         return UNFENCED
     if current == CONTROLLED_SHUTDOWN:
-        # Without partitions there are never leaderships to move and no ISR to wait
-        # for, so a broker in controlled shutdown may always stop now.
+        # Entering controlled shutdown moved every leadership it could; one left means a
+        # partition still has it as leader, and the broker must wait.
         return CONTROLLED_SHUTDOWN if has_leaderships else SHUTDOWN_NOW
     return SHUTDOWN_NOW
 
@@ -570,11 +588,13 @@ def broker_heartbeat(
     now_ms: int,
     config: ControllerConfig,
 ) -> ControllerResult:
-    """BrokerHeartbeat v0-1 (Kafka's ReplicationControlManager.processBrokerHeartbeat).
+    """BrokerHeartbeat v0-2 (Kafka's ReplicationControlManager.processBrokerHeartbeat).
 
-    kraftwerk has no partitions, so no broker ever leads one: a broker asking to
-    shut down is granted it at once (SHUTDOWN_NOW, fenced) rather than entering
-    controlled shutdown.
+    A broker that leads partitions and asks to shut down enters controlled shutdown: it
+    leaves every ISR it is not the last member of and its partitions get new leaders
+    (records after the BrokerRegistrationChangeRecord); it is told to shut down once it
+    leads nothing. Fencing takes the broker out the same way (records before the fence
+    record); unfencing gives it the leaderless partitions whose ISR holds it.
     """
     broker_id = _field(request, "broker_id")
     broker_epoch = _field(request, "broker_epoch", -1)
@@ -605,21 +625,32 @@ def broker_heartbeat(
         current = UNFENCED
     offset = _field(request, "current_metadata_offset", -1)
     caught_up = offset >= registration.registration_offset
+    want_shut_down = bool(_field(request, "want_shut_down", False))
+    # Only these transitions depend on leaderships; the scan is skipped otherwise.
+    leads = (current == CONTROLLED_SHUTDOWN or (current == UNFENCED and want_shut_down)) \
+        and partitions.has_leaderships(state, broker_id)
     following = _next_broker_state(
         current,
         bool(_field(request, "want_fence", False)),
-        bool(_field(request, "want_shut_down", False)),
+        want_shut_down,
         caught_up,
-        has_leaderships=False,
+        has_leaderships=leads,
     )
     records: list[MetadataRecord] = []
     if following != current:
         if following in (FENCED, SHUTDOWN_NOW):
+            records.extend(partitions.leader_and_isr_updates(
+                state, remove=broker_id, migration_enabled=config.migration_enabled))
             records.append(fence_record(state, registration))
         elif following == UNFENCED:
             records.append(unfence_record(state, registration))
+            records.extend(partitions.leader_and_isr_updates(
+                state, add=broker_id, leaderless_only=True, migration_enabled=config.migration_enabled))
         elif following == CONTROLLED_SHUTDOWN:
             records.extend(_controlled_shutdown_records(state, registration))
+            records.extend(partitions.leader_and_isr_updates(
+                state, remove=broker_id, migration_enabled=config.migration_enabled))
+    records.extend(_cordoned_log_dirs_records(state, registration, request, api_version))
     return ControllerResult(
         records,
         {
@@ -650,10 +681,11 @@ def unregister_broker(
             {"throttle_time_ms": 0, "error_code": ErrorCode.BROKER_ID_NOT_REGISTERED, "error_message": message},
             error_message=message,
         )
-    return ControllerResult(
-        [record(mr.UNREGISTER_BROKER_RECORD, {"broker_id": broker_id, "broker_epoch": registration.epoch}, version=0)],
-        {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None},
-    )
+    # The broker leaves every ISR (but the last member of one) and every leadership first.
+    records = partitions.leader_and_isr_updates(state, remove=broker_id, migration_enabled=config.migration_enabled)
+    records.append(record(mr.UNREGISTER_BROKER_RECORD, {"broker_id": broker_id, "broker_epoch": registration.epoch},
+                          version=0))
+    return ControllerResult(records, {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None})
 
 
 def fence_expired_brokers(
@@ -665,11 +697,17 @@ def fence_expired_brokers(
     ZooKeeper session, followed by the migration driver (server/migration/brokers.py)."""
     records: list[MetadataRecord] = []
     fenced_ids: list[NodeId] = []
+    # Kafka fences one stale broker per event so each sees the last one's effect; the
+    # partitions as the earlier fencings leave them (`pending`) do the same in one command.
+    pending: dict = {}
     for broker_id in sorted(state.brokers):
         registration = state.brokers[broker_id]
         if registration.fenced or registration.is_migrating_zk_broker:
             continue
         if tracker.is_expired(broker_id, registration.epoch, now_ms):
+            records.extend(partitions.leader_and_isr_updates(
+                state, remove=broker_id, inactive=frozenset(fenced_ids), pending=pending,
+                migration_enabled=config.migration_enabled))
             records.append(fence_record(state, registration))
             fenced_ids.append(broker_id)
     return ControllerResult(records, {"fenced_broker_ids": fenced_ids})

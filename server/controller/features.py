@@ -99,6 +99,7 @@ IBP_3_9_IV0 = 21
 IBP_4_0_IV0 = 22
 IBP_4_0_IV1 = 23  # eligible leader replicas (PartitionRecord v2)
 IBP_4_0_IV2 = 24
+IBP_4_3_IV0 = 30  # cordoned log directories (KIP-1066)
 
 
 def metadata_version_from_level(level: int) -> MetadataVersion:
@@ -146,8 +147,14 @@ def directory_assignment_supported(mv_level: int) -> bool:
     return mv_level >= IBP_3_7_IV2
 
 
+def cordoned_log_dirs_supported(mv_level: int) -> bool:
+    return mv_level >= IBP_4_3_IV0
+
+
 def register_broker_record_version(mv_level: int) -> int:
     """RegisterBrokerRecord version Kafka writes at this metadata.version."""
+    if cordoned_log_dirs_supported(mv_level):
+        return 4
     if directory_assignment_supported(mv_level):
         return 3
     if mv_level >= IBP_3_4_IV0:

@@ -112,6 +112,8 @@ def _register_broker_record(registration: BrokerRegistration, mv_level: int | No
         version = max(version, 2)
     if registration.log_dirs:
         version = max(version, 3)
+    if registration.cordoned_log_dirs is not None:
+        version = max(version, 4)
     data = {
         "broker_id": registration.broker_id,
         "is_migrating_zk_broker": registration.is_migrating_zk_broker,
@@ -129,6 +131,7 @@ def _register_broker_record(registration: BrokerRegistration, mv_level: int | No
         "fenced": registration.fenced,
         "in_controlled_shutdown": registration.in_controlled_shutdown,
         "log_dirs": list(registration.log_dirs),
+        "cordoned_log_dirs": None if registration.cordoned_log_dirs is None else list(registration.cordoned_log_dirs),
     }
     return record(mr.REGISTER_BROKER_RECORD, data, version=version)
 

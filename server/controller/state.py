@@ -19,6 +19,9 @@ Rules kept here:
   A TopicRecord for a name held by another id (or an id held by another name) is a
   ReplayError; the same (name, id) again restarts the topic with no partitions, as in
   Kafka (the PartitionRecords that follow rebuild them).
+  A PartitionChangeRecord changes one partition as Kafka's PartitionRegistration.merge
+  does (`merge_partition_change`); one naming an unknown topic or partition is a
+  ReplayError. Snapshots hold the resulting PartitionRecord, never the changes.
   RemoveTopicRecord drops the topic, its partitions and its topic configs, as Kafka's
   replay does. A ConfigRecord whose value is null deletes that key; a resource with no
   keys left is gone. Configs are not checked against existing topics: ZooKeeper
@@ -99,10 +102,17 @@ class BrokerRegistration:
     in_controlled_shutdown: bool
     is_migrating_zk_broker: bool = False
     log_dirs: tuple[uuid.UUID, ...] = ()
+    # The log directories the broker's heartbeats say are cordoned (KIP-1066); None
+    # until its first heartbeat that says (or below metadata.version 4.3-IV0).
+    cordoned_log_dirs: tuple[uuid.UUID, ...] | None = None
 
     def supported(self, feature: str) -> SupportedRange:
         """The broker's range for `feature`; a feature it did not mention is [0, 0]."""
         return self.supported_features.get(feature, SupportedRange(0, 0))
+
+
+def _uuid_tuple(values: Any) -> tuple[uuid.UUID, ...] | None:
+    return None if values is None else tuple(values)
 
 
 def _get(data: Any, key: str, default: Any = None) -> Any:
@@ -131,7 +141,7 @@ _EMPTY_MAPPING: Mapping = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class PartitionImage:
-    """One partition as its latest PartitionRecord describes it."""
+    """One partition as its PartitionRecord and the PartitionChangeRecords after it describe it."""
 
     replicas: tuple[NodeId, ...]
     isr: tuple[NodeId, ...]
@@ -143,6 +153,49 @@ class PartitionImage:
     leader_recovery_state: int = 0
     # PartitionRecord v1+ (metadata.version 3.7-IV2): the log directory of each replica.
     directories: tuple[uuid.UUID, ...] = ()
+
+
+# PartitionChangeRecord's "no change" values (Kafka's LeaderConstants / LeaderRecoveryState).
+NO_LEADER = -1
+NO_LEADER_CHANGE = -2
+LEADER_RECOVERY_NO_CHANGE = -1
+# Kafka's DirectoryId.MIGRATING: the replica's directory is not known yet.
+DIRECTORY_MIGRATING = uuid.UUID(int=2)
+
+
+def merge_partition_change(partition: PartitionImage, change: Any) -> PartitionImage:
+    """`partition` after one PartitionChangeRecord, as Kafka's PartitionRegistration.merge:
+    a null list keeps the old one, Leader -2 keeps the leader (and its epoch) while any
+    other value, the same leader included, bumps the leader epoch, LeaderRecoveryState -1
+    keeps it, and every change bumps the partition epoch. Eligible leader replicas are
+    not modelled (kraftwerk never writes them)."""
+    replicas = _get(change, "replicas")
+    isr = _get(change, "isr")
+    removing = _get(change, "removing_replicas")
+    adding = _get(change, "adding_replicas")
+    leader = _get(change, "leader", NO_LEADER_CHANGE)
+    recovery = _get(change, "leader_recovery_state", LEADER_RECOVERY_NO_CHANGE)
+    new_replicas = partition.replicas if replicas is None else tuple(replicas)
+    directories = _get(change, "directories")
+    if directories:
+        new_directories = tuple(directories)
+    elif not partition.directories or len(partition.directories) == len(new_replicas):
+        new_directories = partition.directories
+    else:
+        # New replicas without directories: not known yet (Kafka's defaultToMigrating).
+        new_directories = (DIRECTORY_MIGRATING,) * len(new_replicas)
+    return PartitionImage(
+        replicas=new_replicas,
+        isr=partition.isr if isr is None else tuple(isr),
+        leader=partition.leader if leader == NO_LEADER_CHANGE else leader,
+        leader_epoch=partition.leader_epoch if leader == NO_LEADER_CHANGE else partition.leader_epoch + 1,
+        partition_epoch=partition.partition_epoch + 1,
+        removing_replicas=partition.removing_replicas if removing is None else tuple(removing),
+        adding_replicas=partition.adding_replicas if adding is None else tuple(adding),
+        leader_recovery_state=(partition.leader_recovery_state if recovery == LEADER_RECOVERY_NO_CHANGE
+                               else recovery),
+        directories=new_directories,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,7 +476,7 @@ class ControllerState:
             raise ReplayError(f"offset {offset} is not after the last applied offset {self._last_applied_offset}")
         handler = _HANDLERS.get(record.message.api_key)
         if handler is None:
-            # Records we do not model (partition changes, delegation tokens, ...) still
+            # Records we do not model (delegation tokens, ...) still
             # advance the offset: the image is "as of" that offset even if it ignores them.
             self._last_applied_offset = offset
             return
@@ -509,6 +562,7 @@ class ControllerState:
             in_controlled_shutdown=bool(_get(data, "in_controlled_shutdown", False)),
             is_migrating_zk_broker=bool(_get(data, "is_migrating_zk_broker", False)),
             log_dirs=tuple(_get(data, "log_dirs", ())),
+            cordoned_log_dirs=_uuid_tuple(_get(data, "cordoned_log_dirs")),
         )
         previous = self._image.brokers.get(registration.broker_id)
         if previous is not None:
@@ -567,6 +621,9 @@ class ControllerState:
         log_dirs = _get(data, "log_dirs", [])
         if log_dirs:
             changed = replace(changed, log_dirs=tuple(log_dirs))
+        cordoned = _get(data, "cordoned_log_dirs")
+        if cordoned is not None:  # null: no change
+            changed = replace(changed, cordoned_log_dirs=tuple(cordoned))
         self._image.brokers[registration.broker_id] = changed
 
     def _replay_no_op(self, data: Any, offset: int) -> None:
@@ -611,6 +668,19 @@ class ControllerState:
             leader_recovery_state=_get(data, "leader_recovery_state", 0),
             directories=tuple(_get(data, "directories", ())),
         )
+        entry.view = None
+        self._image.topics_view = None
+
+    def _replay_partition_change(self, data: Any, offset: int) -> None:
+        topic_id = _get(data, "topic_id")
+        entry = self._image.topics.get(topic_id)
+        if entry is None:
+            raise ReplayError(f"PartitionChangeRecord at {offset}: no topic with id {topic_id}")
+        index = _get(data, "partition_id")
+        partition = entry.partitions.get(index)
+        if partition is None:
+            raise ReplayError(f"PartitionChangeRecord at {offset} for {entry.name}: no partition {index}")
+        entry.partitions[index] = merge_partition_change(partition, data)
         entry.view = None
         self._image.topics_view = None
 
@@ -736,6 +806,7 @@ _HANDLERS = {
     mr.NO_OP_RECORD.api_key: ControllerState._replay_no_op,
     mr.TOPIC_RECORD.api_key: ControllerState._replay_topic,
     mr.PARTITION_RECORD.api_key: ControllerState._replay_partition,
+    mr.PARTITION_CHANGE_RECORD.api_key: ControllerState._replay_partition_change,
     mr.REMOVE_TOPIC_RECORD.api_key: ControllerState._replay_remove_topic,
     mr.CONFIG_RECORD.api_key: ControllerState._replay_config,
     mr.ZK_MIGRATION_STATE_RECORD.api_key: ControllerState._replay_zk_migration_state,

@@ -217,6 +217,10 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 log.info(Event.BROKER_UNFENCED, broker_id=item.data["id"], offset=offset)
             elif item.name == "UnregisterBrokerRecord":
                 log.info(Event.BROKER_UNREGISTERED, broker_id=item.data["broker_id"], offset=offset)
+            elif item.name == "PartitionChangeRecord":
+                log.info(Event.PARTITION_CHANGED, topic_id=str(item.data["topic_id"]),
+                         partition=item.data["partition_id"], leader=item.data.get("leader"),
+                         isr=item.data.get("isr"), offset=offset)
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -76,7 +76,7 @@ async def test_metadata_version_upgrade_renegotiates_and_keeps_client_connection
             await broker.wait_renegotiated(MV_3_7_IV2)
             # Renegotiated on the live connection: no reconnect.
             assert leader.negotiations > negotiations and leader.connects == connects
-            assert broker.lifecycle.negotiated_version(leader, BROKER_HEARTBEAT) == 1
+            assert broker.lifecycle.negotiated_version(leader, BROKER_HEARTBEAT) == 2
             assert broker.lifecycle.negotiated_version(leader, BROKER_REGISTRATION) == 4
             # An upgrade only adds versions: the client's connection stays open and is
             # served (closing it would only race with its next request); a new

@@ -72,7 +72,7 @@ async def test_an_answer_from_a_controller_that_has_not_replayed_the_change_is_n
             assert real.finalized_features_epoch > stale_epoch
             assert real.finalized_features["metadata.version"] == MV_3_7_IV2
             assert broker.lifecycle.negotiated_version(lagging, BROKER_REGISTRATION) == 4
-            assert broker.lifecycle.negotiated_version(lagging, BROKER_HEARTBEAT) == 1
+            assert broker.lifecycle.negotiated_version(lagging, BROKER_HEARTBEAT) == 2
             assert broker.controller_api_versions[BROKER_REGISTRATION][1] >= 4
 
 

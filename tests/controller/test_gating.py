@@ -127,7 +127,9 @@ def test_describe_gates():
     assert "UpdateFeatures v1 needs metadata.version 3.3-IV0 (4)" in lines
     assert "UpdateFeatures v2+ needs metadata.version 3.9-IV0 (21)" in lines
     assert "DescribeCluster v1+ needs metadata.version 3.7-IV0 (15)" in lines
-    assert len(lines) == 6
+    assert "AlterPartition v2 needs metadata.version 3.2-IV0 (3)" in lines
+    assert "AlterPartition v3+ needs metadata.version 3.5-IV1 (10)" in lines
+    assert len(lines) == 8
 
 
 def test_negotiate():

@@ -97,12 +97,11 @@ def test_pinned_release_row_is_what_kafka_advertises():
         assert row[fact.name] == ft.SupportedRange(fact.minimum_production, fact.latest_production)
 
 
-def test_register_broker_record_version_follows_kafka_up_to_the_declared_version():
-    # Kafka writes RegisterBrokerRecord v4 (cordoned log dirs) from 4.3-IV0; kraftwerk's
-    # declaration stops at v3, which every Kafka 4.x broker still reads.
+def test_register_broker_record_version_follows_kafka():
+    # v4 (cordoned log dirs, KIP-1066) from 4.3-IV0, as Kafka writes it.
     for mv in kafka.KAFKA_METADATA_VERSIONS:
         kafkas = dict(mv.record_versions)["registerBrokerRecordVersion"]
-        assert ft.register_broker_record_version(mv.level) == min(kafkas, 3), mv.name
+        assert ft.register_broker_record_version(mv.level) == kafkas, mv.name
 
 
 def test_a_kafka_4_4_broker_registers_with_features_kraftwerk_does_not_know():

@@ -134,6 +134,7 @@ NOT_IN_KAFKA_PYTHON = {
     63: NO_DECLARATION,  # BrokerHeartbeat
     64: NO_DECLARATION,  # UnregisterBroker
     67: NO_DECLARATION,  # AllocateProducerIds
+    56: NO_DECLARATION,  # AlterPartition
     70: NO_DECLARATION,  # ControllerRegistration
     80: NO_DECLARATION,  # AddRaftVoter
     81: NO_DECLARATION,  # RemoveRaftVoter
