@@ -440,9 +440,30 @@ MIGRATION_DRAIN_TIMEOUT_S = 30.0
 CONTROLLER_RETRY_BACKOFF_S = 0.2
 
 
+DESCRIBE_CLUSTER, METADATA = 60, 3
+CONTROLLER_ENDPOINT_TYPE = 2
+
+
+async def _active_controller(bootstrap: KafkaClient, controllers: bool) -> tuple[int, dict[int, tuple[str, int]]]:
+    """The active controller's id and every node's address as `bootstrap` knows them.
+    From the controllers (`controllers`) through DescribeCluster for the controllers
+    (KIP-919), which Kafka's controllers serve too (they have no Metadata); from a broker
+    through Metadata, which names the broker itself (it forwards, KIP-590)."""
+    described = bootstrap.api_versions.get(DESCRIBE_CLUSTER)
+    if controllers and described is not None and described.max_version >= 1:
+        reply = await bootstrap.call(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
+                                                        "endpoint_type": CONTROLLER_ENDPOINT_TYPE}, min_version=1)
+        if reply.error_code != 0:
+            raise ClientError(reply.error_message or f"DescribeCluster failed with error {reply.error_code}")
+        return reply.controller_id, {b.broker_id: (b.host, b.port) for b in reply.brokers}
+    metadata = await bootstrap.call(METADATA, {"topics": [], "allow_auto_topic_creation": False})
+    return metadata.controller_id, {b.node_id: (b.host, b.port) for b in metadata.brokers}
+
+
 async def _call_active_controller(args, api_key: int, body: dict, min_version: int = 0):
     """Sends a write to the active controller, as Kafka's admin client does: find it
-    through Metadata, and on NOT_CONTROLLER (a failover) look again, until --timeout-s."""
+    (`_active_controller`), and on NOT_CONTROLLER (a failover) look again, until
+    --timeout-s."""
     host, port = _bootstrap_address(args)
     security = _client_security(args)
     last_error = "no answer"
@@ -451,9 +472,8 @@ async def _call_active_controller(args, api_key: int, body: dict, min_version: i
             try:
                 async with await KafkaClient.connect(host, port, security=security,
                                                      timeout_s=args.timeout_s) as bootstrap:
-                    metadata = await bootstrap.call(3, {"topics": [], "allow_auto_topic_creation": False})
-                nodes = {b.node_id: (b.host, b.port) for b in metadata.brokers}
-                target = nodes.get(metadata.controller_id)
+                    controller_id, nodes = await _active_controller(bootstrap, not args.bootstrap_server)
+                target = nodes.get(controller_id)
                 if target is not None:
                     async with await KafkaClient.connect(*target, security=security,
                                                          timeout_s=args.timeout_s) as controller:

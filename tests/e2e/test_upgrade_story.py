@@ -63,7 +63,7 @@ def test_the_upgrade_story(tmp_path):
             assert events, f"broker {broker_id} did not renegotiate at {target}"
             negotiated = events[-1]["versions"]
             assert negotiated["BrokerRegistration"] == (4 if level(target) >= level("3.7-IV2") else 1)
-            assert negotiated["BrokerHeartbeat"] == (1 if level(target) >= level("3.7-IV2") else 0)
+            assert negotiated["BrokerHeartbeat"] == (2 if level(target) >= level("3.7-IV2") else 0)
             # ... kept its client connections (an upgrade only adds versions: what a client
             # was told is still served, and closing would race with its next request) ...
             closed = [e for e in log_events(cluster.spec(broker_id).log_path, "broker.client_connections_closed")
