@@ -32,9 +32,11 @@ from typing import Callable
 import trio
 
 from cli import local_cluster as lc
-from cli.upgrade_story import LocalCluster, StoryError, node_view
+from cli.upgrade_story import LocalCluster, StoryError, log_events, node_view
 from server.client import ClientError, KafkaClient
 from server.controller.features import metadata_version_from_level
+from server.net.listener import STALE_CLOSE_LINGER_S
+from server.observability import Event
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
@@ -46,6 +48,10 @@ FAILOVER_DEADLINE_S = 20.0
 # second, and a client stuck on the dead leader must not hold the matrix for 15 s a call.
 FAILOVER_CALL_TIMEOUT_MS = 5_000
 RETRY_PAUSE_S = 0.2  # between retries of one call in the failover phase: nothing to wait on but time
+# Before a call refused for a version its connection was told before a downgrade is asked
+# again: long enough idle for the node to close that connection (server/net/listener.py).
+GATED_RETRY_PAUSE_S = 2 * STALE_CLOSE_LINGER_S
+GATED_RETRIES = 3
 CLUSTER_WAIT_S = 60.0
 POLL_S = 0.05
 DESCRIBE_QUORUM, CREATE_TOPICS, METADATA = 55, 19, 3
@@ -56,6 +62,8 @@ MV_BASE, MV_UPGRADED, MV_UNSAFE_STEP = 19, 21, 20  # 3.7-IV4, 3.9-IV0, 3.8-IV0
 PHASES = ("before", "after upgrade", "after downgrade", "after failover")
 PATHS = ("broker", "controller")
 CONTROLLERS, BROKERS = (1, 2, 3), (101, 102)
+# The API behind a driver call whose version a downgrade may gate (Step.retry_gated).
+GATED_API_NAMES = {"update_features": "UpdateFeatures"}
 
 
 class DriverError(Exception):
@@ -223,6 +231,13 @@ class MatrixCluster:
     def kill(self, node_id: int) -> None:
         self.cluster.stop(node_id, kill=True)
 
+    def gated_count(self, api_name: str) -> int:
+        """How often any node has answered `api_name` UNSUPPORTED_VERSION for a version
+        the finalized metadata.version gates away (its log's gated-version events)."""
+        nodes = [*CONTROLLERS, *BROKERS]
+        return sum(1 for node in nodes for event in log_events(self.cluster.spec(node).log_path, Event.GATED_VERSION)
+                   if event.get("api") == api_name)
+
     def restart(self, node_id: int) -> None:
         self.cluster.start(node_id)
         self.cluster.wait_until(f"controller {node_id} to rejoin with a leader", lambda: self.leader() > 0,
@@ -323,6 +338,11 @@ class Step:
     retry_mismatch: bool = False
     # A read-back of this call's write: left out when the client cannot make that call.
     reads_back: str | None = None
+    # Right after a downgrade: a client may still use a version its connection was told
+    # before it, which a node answers UNSUPPORTED_VERSION (docs/kip-differences.md) and
+    # closes once the connection idles. With a node's log showing it gated this API, the
+    # call is asked again after such an idle pause, on the client's new connection.
+    retry_gated: bool = False
 
 
 def expect(what: str, got, wanted) -> str | None:
@@ -359,12 +379,20 @@ class Scenario:
     def run_step(self, phase: str, step: Step, retry_until: float | None = None) -> Answer:
         """One call; with `retry_until` (a time.monotonic() deadline, failover phase only) a
         retriable error is asked again until then, and the retries are counted."""
-        retries = 0
+        retries = gated_retries = 0
         started = time.monotonic()
+        gated_before = self.cluster.gated_count(GATED_API_NAMES[step.call]) if step.retry_gated else 0
         while True:
             args = step.args if retry_until is None else {"timeout_ms": FAILOVER_CALL_TIMEOUT_MS, **step.args}
             answer = self.driver.call(step.call, args)
             mismatch = step.check(answer.result) if answer.status == "ok" else None
+            if (step.retry_gated and answer.status == "error" and "UNSUPPORTED_VERSION" in answer.error
+                    and gated_retries < GATED_RETRIES
+                    and self.cluster.gated_count(GATED_API_NAMES[step.call]) > gated_before):
+                retries += 1
+                gated_retries += 1
+                time.sleep(GATED_RETRY_PAUSE_S)
+                continue
             again = (answer.status == "error" and answer.retriable) or (mismatch and step.retry_mismatch)
             if not (again and retry_until is not None and time.monotonic() < retry_until):
                 break
@@ -544,7 +572,8 @@ class Scenario:
         """One update_features call, then describe_features must show `expected_after`
         at once (read-your-writes). False when the client cannot make this variant."""
         args = {"feature": "metadata.version", "level": level, "type": kind, "validate_only": validate_only}
-        answer = self.run_step(phase, Step(f"update_features ({variant})", "update_features", args))
+        answer = self.run_step(phase, Step(f"update_features ({variant})", "update_features", args,
+                                           retry_gated=kind != "upgrade"))
         if answer.status == "unsupported":
             return False
         self.run_step(phase, Step(f"describe_features (after {variant})", "describe_features", {},
