@@ -19,8 +19,8 @@ its own session, its own data directory and properties file under the directory 
 given, its own port (the caller reserves it below the ephemeral range with
 cli.local_cluster.free_port_run) and a bounded heap; a process is never left behind
 (`stop` ends with SIGKILL when SIGTERM was not enough). Built for brokers
-(process.roles=broker); a controller role is refused until a test needs one (it needs a
-CONTROLLER listener and a different readiness port).
+(process.roles=broker) and controllers (process.roles=controller, one CONTROLLER
+listener, static voters), which the benchmarks run as kraftwerk's peer.
 """
 
 from __future__ import annotations
@@ -141,8 +141,22 @@ class KafkaNodeConfig:
         return self.directory / "data"
 
     def properties(self) -> dict[str, str]:
+        if self.roles == ("controller",):
+            # A Kafka controller: its one listener is the CONTROLLER listener its voters
+            # string names, which admin clients reach with bootstrap.controllers.
+            properties = {
+                "process.roles": "controller",
+                "node.id": str(self.node_id),
+                "controller.quorum.voters": self.quorum_voters,
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+                "listeners": f"CONTROLLER://{self.address}",
+                "log.dirs": str(self.data_dir),
+            }
+            properties.update(self.extra)
+            return properties
         if self.roles != ("broker",):
-            raise ValueError(f"process.roles={','.join(self.roles)} is not built yet (only broker)")
+            raise ValueError(f"process.roles={','.join(self.roles)} is not built (only broker or controller)")
         listener = f"PLAINTEXT://{self.address}"
         properties = {
             "process.roles": ",".join(self.roles),
