@@ -139,6 +139,10 @@ class RaftConfig:
     retry_backoff_ms: int = 20
     max_batch_records: int = 10_000
     pre_vote: bool = True
+    # Added to the core's clock for the timestamps of the batches it writes: the driver
+    # makes them wall-clock epoch milliseconds, as Kafka writes them (its brokers' and
+    # tools' views of metadata age read them); the simulator keeps its own clock (0).
+    timestamp_offset_ms: int = 0
 
     def __post_init__(self) -> None:
         if not self.voters:
@@ -630,7 +634,8 @@ class RaftCore:
             "voters": [{"voter_id": voter} for voter in sorted(self.config.voters)],
             "granting_voters": [{"voter_id": voter} for voter in sorted(self._granted)],
         })
-        self._pending_ops.append(Append(Batch(end, self.epoch, (value,), int(ControlRecordType.LEADER_CHANGE), now_ms)))
+        self._pending_ops.append(Append(Batch(end, self.epoch, (value,), int(ControlRecordType.LEADER_CHANGE),
+                                              now_ms + self.config.timestamp_offset_ms)))
         self._out_role = RoleChange(Role.LEADER, self.epoch, me)
         for voter in sorted(self.config.voters):
             if voter != me:
@@ -773,7 +778,8 @@ class RaftCore:
         if len(values) > self.config.max_batch_records:
             raise ValueError(f"{len(values)} records exceed max_batch_records={self.config.max_batch_records}")
         base = self.end_offset
-        self._pending_ops.append(Append(Batch(base, self.epoch, tuple(values), None, now_ms)))
+        self._pending_ops.append(Append(Batch(base, self.epoch, tuple(values), None,
+                                              now_ms + self.config.timestamp_offset_ms)))
         return base, self.epoch
 
     def resign(self, now_ms: int) -> None:

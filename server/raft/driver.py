@@ -60,9 +60,11 @@ Rules kept here:
 from __future__ import annotations
 
 import errno
+import time
 import math
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import trio
@@ -715,8 +717,10 @@ class RaftDriver:
                 reply.fail(DriverStopped("the raft driver stopped"))
 
     def _new_core(self, now_ms: int) -> RaftCore:
-        """A core from the persisted quorum state and the log as it is on disk."""
-        return RaftCore(self.config, self.storage, self._store.read(), self._rng, now_ms, StoredRecordsCodec())
+        """A core from the persisted quorum state and the log as it is on disk. Its
+        batches are stamped with wall-clock time (RaftConfig.timestamp_offset_ms)."""
+        config = replace(self.config, timestamp_offset_ms=time.time_ns() // 1_000_000 - now_ms)
+        return RaftCore(config, self.storage, self._store.read(), self._rng, now_ms, StoredRecordsCodec())
 
     async def _serve(self) -> None:
         """The driver loop, which a storage failure interrupts: the log goes offline

@@ -14,7 +14,7 @@ from server.raft.core import RaftConfig, Role
 from server.raft.driver import CommittedBatch, RaftDriver
 from server.raft.messages import ApiKey, fetch_request, fetch_snapshot_request, vote_request
 from server.raft.quorum_state import FileQuorumStateStore, QuorumState
-from server.raft.storage import MetadataRaftLog
+from server.raft.storage import MetadataRaftLog, decode_stored
 from server.storage.log import MetadataLog
 
 CLUSTER = "rules-cluster-AAAAAAAAAA"
@@ -24,6 +24,7 @@ async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(
     voters = frozenset({1})
     config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200)
     epochs = []
+    started_ms = time.time_ns() // 1_000_000
     for incarnation in range(2):
         log = MetadataLog.open(tmp_path)
         try:
@@ -42,6 +43,9 @@ async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(
                     while not seen or seen[-1].next_offset < driver.high_watermark:
                         seen.extend(await reader.next())
                 nursery.cancel_scope.cancel()
+            # Batches carry wall-clock time, as Kafka's (not the driver's trio clock).
+            stamps = [batch.timestamp_ms for batch in decode_stored(log.read_raw(log.start_offset, 1 << 30))]
+            assert stamps and all(started_ms <= stamp <= time.time_ns() // 1_000_000 for stamp in stamps), stamps
         finally:
             log.close()
         data = [value for batch in seen if isinstance(batch, CommittedBatch) and batch.control_type is None
