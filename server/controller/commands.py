@@ -139,6 +139,11 @@ def _invalid_metadata_version(level: int, reason: str) -> str:
     return f"Invalid metadata.version {level}. {reason}"
 
 
+def _unsupported_metadata_downgrade(current: int, level: int, reason: str) -> str:
+    # Kafka 4.x names both levels when it refuses a downgrade it knows (a lossy one).
+    return f"Unsupported metadata.version downgrade from {current} to {level}. {reason}"
+
+
 def _check_feature_update(
     state: ControllerState,
     config: ControllerConfig,
@@ -225,8 +230,8 @@ def _check_metadata_version_update(current: int, level: int, upgrade_type: int) 
             # KIP-778, which Kafka never shipped: the image is projected to the lower level
             # when the record is replayed (server/controller/downgrade.py).
             return None, feature_level_record(METADATA_VERSION, level)
-        return _invalid_metadata_version(
-            level, "Refusing to perform the requested downgrade because it might delete metadata information."
+        return _unsupported_metadata_downgrade(
+            current, level, "Refusing to perform the requested downgrade because it might delete metadata information."
         ), None
     return None, feature_level_record(METADATA_VERSION, level)
 

@@ -240,6 +240,17 @@ def usable_brokers(state: ControllerState) -> list[int]:
             if not state.brokers[b].fenced and not state.brokers[b].in_controlled_shutdown]
 
 
+def _unplaceable(replication_factor: int, brokers: list[int]) -> str:
+    """Kafka 4.4's StripedReplicaPlacer refusal: no usable broker at all is checked
+    first, then too few of them (its wording names cordoned log directories, which
+    kraftwerk does not have)."""
+    prefix = f"Unable to replicate the partition {replication_factor} time(s): "
+    if not brokers:
+        return prefix + "All brokers are currently fenced, or have all their log directories cordoned."
+    return (prefix + f"The target replication factor of {replication_factor} cannot be reached because only "
+            f"{len(brokers)} broker(s) are registered or some brokers have all their log directories cordoned.")
+
+
 def place_replicas(topic_name: str, num_partitions: int, replication_factor: int,
                    brokers: list[int]) -> list[list[int]]:
     """Round-robin placement: partition p's replicas are `replication_factor` consecutive
@@ -306,7 +317,8 @@ def _created_configs(values: Mapping[str, str]) -> list[dict[str, Any]]:
 
 def _create_error(name: str, code: int, message: str) -> dict[str, Any]:
     return {"name": name, "topic_id": uuid.UUID(int=0), "error_code": int(code), "error_message": message,
-            "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1, "configs": None}
+            "topic_config_error_code": 0, "num_partitions": -1, "replication_factor": -1,
+            "configs": []}  # Kafka answers an empty list, not null, for a refused topic
 
 
 def create_topics(
@@ -401,9 +413,7 @@ def _create_one(state, topic, name, existing, taken, brokers, new_topic_id, defa
                                  "Replication factor must be larger than 0, or -1 to use the default value."), []
         if replication_factor > len(brokers):
             return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
-                                 f"Unable to replicate the partition {replication_factor} time(s): The target "
-                                 f"replication factor of {replication_factor} cannot be reached because only "
-                                 f"{len(brokers)} broker(s) are registered."), []
+                                 _unplaceable(replication_factor, brokers)), []
         assignments = place_replicas(name, num_partitions, replication_factor, brokers)
 
     topic_id = new_topic_id()
@@ -557,10 +567,7 @@ def _create_partitions_one(state: ControllerState, topic: Any, name: str,
             return TopicErrorCode.INVALID_REPLICA_ASSIGNMENT, error, []
     else:
         if replication_factor > len(brokers):
-            return (TopicErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Unable to replicate the partition {replication_factor} time(s): The target "
-                    f"replication factor of {replication_factor} cannot be reached because only "
-                    f"{len(brokers)} broker(s) are registered.", [])
+            return TopicErrorCode.INVALID_REPLICATION_FACTOR, _unplaceable(replication_factor, brokers), []
         # The same round robin CreateTopics uses, continued from the existing partitions.
         assignments = place_replicas(name, count, replication_factor, brokers)[current:]
     return 0, None, _partition_records(state, image.topic_id, assignments, first_index=current)
@@ -965,7 +972,8 @@ def describe_configs(state: ControllerState, request: Any, api_version: int,
             error = _node_resource_error(node, resource_type, resource_name)
         else:
             error = _resource_error(state, resource_type, resource_name)
-        result: dict[str, Any] = {"error_code": 0, "error_message": None, "resource_type": resource_type,
+        # Kafka answers a described resource with an empty message, not null.
+        result: dict[str, Any] = {"error_code": 0, "error_message": "", "resource_type": resource_type,
                                   "resource_name": resource_name, "configs": []}
         if error is not None:
             result["error_code"], result["error_message"] = int(error[0]), error[1]

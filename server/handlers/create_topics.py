@@ -37,7 +37,7 @@ def error_response(request, code: int, message: str) -> dict:
     """Every topic of the request answered with `code` (used when nothing was decided)."""
     return {"throttle_time_ms": 0, "topics": [
         {"name": t.name, "error_code": int(code), "error_message": message, "num_partitions": -1,
-         "replication_factor": -1, "configs": None} for t in request.topics]}
+         "replication_factor": -1, "configs": []} for t in request.topics]}
 
 
 async def handle(ctx, request):

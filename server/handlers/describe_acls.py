@@ -11,7 +11,10 @@ from protocol.errors import ErrorCode
 from server.api.context import ServingServices
 from server.api.errors import ApiError
 from server.controller import acl_commands
-from server.handlers.create_acls import SECURITY_DISABLED_MESSAGE
+
+# Kafka words DescribeAcls' refusal differently from CreateAcls' and DeleteAcls'
+# ("No Authorizer is configured."); clients may show it, so it is Kafka's.
+SECURITY_DISABLED_MESSAGE = "No Authorizer is configured on the broker"
 
 
 def handle(ctx, request):

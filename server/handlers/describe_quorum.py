@@ -4,7 +4,8 @@ Only the Raft leader knows every replica's progress (FACTS §11). Kafka's
 brokers forward DescribeQuorum to the active controller; kraftwerk's standby
 controllers do the same (one hop, bounded by a timeout), so an admin client
 that picked any controller still gets the leader's view. Only partition 0 of
-`__cluster_metadata` exists; anything else gets UNKNOWN_TOPIC_OR_PARTITION.
+`__cluster_metadata` exists; a request naming anything else (alone or beside it) gets
+UNKNOWN_TOPIC_OR_PARTITION for every partition it names, as Kafka's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from server.security.client_config import ClientSecurity
 
 METADATA_TOPIC = "__cluster_metadata"
 FORWARD_TIMEOUT_S = 1.0
+UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."  # Kafka's, for error 3
 
 
 async def handle(ctx, request):
@@ -27,24 +29,32 @@ async def handle(ctx, request):
         forwarded = await _forward(services, leader_id, request, ctx.api_version)
         if forwarded is not None:
             return forwarded
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for partition in topic.partitions:
-            if topic.topic_name != METADATA_TOPIC or partition.partition_index != 0:
-                partitions.append({
-                    "partition_index": partition.partition_index,
-                    "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    "error_message": "Only __cluster_metadata-0 exists on a controller.",
-                    "leader_id": -1, "leader_epoch": -1, "high_watermark": -1,
-                })
-                continue
-            partitions.append(services.quorum_partition_state())
-        topics.append({"topic_name": topic.topic_name, "partitions": partitions})
-    body = {"error_code": ErrorCode.NONE, "error_message": None, "topics": topics}
+    # Kafka's error_message is an empty string, never null, on success.
+    body = {"error_code": ErrorCode.NONE, "error_message": ""}
+    if not _asks_for_quorum(request):
+        # Kafka describes the quorum only when asked for exactly __cluster_metadata-0;
+        # otherwise every partition named gets UNKNOWN_TOPIC_OR_PARTITION with the
+        # response's defaults (0, not -1) and no nodes.
+        body["topics"] = [{"topic_name": topic.topic_name, "partitions": [
+            {"partition_index": partition.partition_index, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+             "error_message": UNKNOWN_PARTITION_MESSAGE, "leader_id": 0, "leader_epoch": 0, "high_watermark": 0}
+            for partition in topic.partitions]} for topic in request.topics]
+        if ctx.api_version >= 2:
+            body["nodes"] = []
+        return body
+    partition = dict(services.quorum_partition_state())
+    if partition.get("error_message") is None and partition.get("error_code", 0) == ErrorCode.NONE:
+        partition["error_message"] = ""  # Kafka's, as at the top level
+    body["topics"] = [{"topic_name": METADATA_TOPIC, "partitions": [partition]}]
     if ctx.api_version >= 2:
         body["nodes"] = services.quorum_nodes()
     return body
+
+
+def _asks_for_quorum(request) -> bool:
+    topics = request.topics
+    return (len(topics) == 1 and topics[0].topic_name == METADATA_TOPIC and len(topics[0].partitions) == 1
+            and topics[0].partitions[0].partition_index == 0)
 
 
 async def _forward(services: ControllerServices, leader_id: int, request, version: int):

@@ -67,8 +67,8 @@ def test_safe_lossy_downgrade_is_refused():
     assert_rejected(
         cluster,
         result,
-        "Invalid metadata.version 16. Refusing to perform the requested downgrade because it might delete "
-        "metadata information.",
+        "Unsupported metadata.version downgrade from 22 to 16. Refusing to perform the requested downgrade "
+        "because it might delete metadata information.",
     )
 
 

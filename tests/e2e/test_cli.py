@@ -64,8 +64,8 @@ def test_lossy_downgrade_is_refused_safe_and_shown_then_done_unsafe(controller):
     assert safe.returncode == 1
     assert safe.stdout.splitlines() == [
         "Could not downgrade metadata.version to 3.7-IV1. The update failed for all features since the "
-        "following feature had an error: Invalid metadata.version 16. Refusing to perform the requested "
-        "downgrade because it might delete metadata information.",
+        "following feature had an error: Unsupported metadata.version downgrade from 19 to 16. Refusing to "
+        "perform the requested downgrade because it might delete metadata information.",
         "1 out of 1 operation(s) failed.",
     ]
     dry = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe", "--dry-run")
