@@ -72,6 +72,7 @@ class ErrorCode(IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+    REBOOTSTRAP_REQUIRED = 129
 
 
 def error_name(code: int) -> str:

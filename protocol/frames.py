@@ -2,7 +2,8 @@
 
 Owns: `encode_request` (size prefix, the request header of the version Kafka's
 rule gives, the body) and `decode_response` (the response header, then the
-body; an ApiVersions error reply is always a v0 body, KIP-511). The server
+body; an ApiVersions reply refusing the version is a v0 body, KIP-511, while any
+other error, e.g. INVALID_REQUEST or REBOOTSTRAP_REQUIRED, comes in the version asked). The server
 side of the same rules lives in `server/dispatch.py`.
 """
 
@@ -17,6 +18,7 @@ from protocol.header import REQUEST_HEADER, RESPONSE_HEADER, request_header_vers
 from protocol.registry import API_MESSAGES
 
 API_VERSIONS_KEY = 18
+UNSUPPORTED_VERSION = 35
 
 _SIZE = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -47,6 +49,6 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, Co
         position = stream.tell()
         error = stream.read(2)
         stream.seek(position)
-        if len(error) == 2 and _INT16.unpack(error)[0] != 0:
+        if len(error) == 2 and _INT16.unpack(error)[0] == UNSUPPORTED_VERSION:
             return header.correlation_id, response_message.decode(0, stream)
     return header.correlation_id, response_message.decode(version, stream)

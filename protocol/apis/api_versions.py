@@ -11,11 +11,13 @@ REQUEST = Message(
     name='ApiVersionsRequest',
     type='request',
     api_key=18,
-    valid_versions='0-4',
+    valid_versions='0-5',
     flexible_versions='3+',
     fields=(
         F('ClientSoftwareName', 'string', '3+', ignorable=True),
         F('ClientSoftwareVersion', 'string', '3+', ignorable=True),
+        F('ClusterId', 'string', '5+', nullable_versions='5+', default='null', ignorable=True),
+        F('NodeId', 'int32', '5+', default='-1', ignorable=True),
     ),
 )
 
@@ -23,7 +25,7 @@ RESPONSE = Message(
     name='ApiVersionsResponse',
     type='response',
     api_key=18,
-    valid_versions='0-4',
+    valid_versions='0-5',
     flexible_versions='3+',
     fields=(
         F('ErrorCode', 'int16', '0+'),

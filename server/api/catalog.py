@@ -199,7 +199,7 @@ _SYNC, _ASYNC, _LATER = HandlerKind.SYNC, HandlerKind.ASYNC, HandlerKind.ANSWERS
 _KRAFT_NOTES = "KRaft RPC between controllers (and broker observers); answered by the Raft driver."
 
 _SPECS = (
-    ApiSpec(ApiKey.API_VERSIONS, 0, 4, api_versions.handle, api_versions.handle, api_versions.handle,
+    ApiSpec(ApiKey.API_VERSIONS, 0, 5, api_versions.handle, api_versions.handle, api_versions.handle,
             before_authentication=True, reads_image=True,
             notes="v3+: SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady (a "
                   "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "

@@ -1,4 +1,4 @@
-"""ApiVersions (key 18, v0-4): what this node speaks and which features it has.
+"""ApiVersions (key 18, v0-5): what this node speaks and which features it has.
 
 KIP-511: v3+ carries the client's software name and version, validated
 against Kafka's pattern (INVALID_REQUEST otherwise). KIP-584: v3+ carries
@@ -13,6 +13,13 @@ the new level gates away with UNSUPPORTED_VERSION instead of closing, and the no
 closes only connections whose answer went stale. A client naming kraftwerk's node
 software (the peers of server/net/peer.py) asks again on its own after a change,
 so its connection is never closed for it.
+
+KIP-1242 (v5): a client that names the cluster it means to reach (ClusterId) and this
+node's id (NodeId) and finds another cluster or another node behind the address gets
+REBOOTSTRAP_REQUIRED with no API list, as Kafka's brokers answer it: its metadata is
+stale. Kafka's controllers do not check (a client bootstrapped from the controllers asks
+any of them), and neither do kraftwerk's. It names both or neither (INVALID_REQUEST
+otherwise, Kafka's isValid), on every node.
 """
 
 from __future__ import annotations
@@ -26,20 +33,29 @@ from server.net.peer import SOFTWARE_NAME as NODE_SOFTWARE_NAME
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
+def _refusal(code: int) -> dict:
+    # As Kafka's: only an UNSUPPORTED_VERSION answer lists versions (the dispatcher's).
+    return {"error_code": code, "api_keys": [], "throttle_time_ms": 0}
+
+
 def handle(ctx, request):
     services: NodeServices = ctx.services
     version = ctx.api_version
+    # Kafka's order: a malformed request (v5: ClusterId and NodeId come both or neither;
+    # v3+: the software name and version), then one meant for another node (KIP-1242).
+    if version >= 5 and (request.cluster_id is None) != (request.node_id == -1):
+        return _refusal(ErrorCode.INVALID_REQUEST)
     if version >= 3:
         name = request.client_software_name
         software_version = request.client_software_version
         if not (SOFTWARE_PATTERN.fullmatch(name) and SOFTWARE_PATTERN.fullmatch(software_version)):
-            api = services.served_apis[18]
-            return {
-                "error_code": ErrorCode.INVALID_REQUEST,
-                "api_keys": [{"api_key": 18, "min_version": api.min_version, "max_version": api.max_version}],
-            }
-        ctx.connection.client_software = (name, software_version)
-        ctx.connection.renegotiates = name == NODE_SOFTWARE_NAME
+            return _refusal(ErrorCode.INVALID_REQUEST)
+    if version >= 5 and services.is_broker and request.cluster_id is not None and (
+            request.cluster_id != services.cluster_id or request.node_id != services.node_id):
+        return _refusal(ErrorCode.REBOOTSTRAP_REQUIRED)
+    if version >= 3:
+        ctx.connection.client_software = (request.client_software_name, request.client_software_version)
+        ctx.connection.renegotiates = request.client_software_name == NODE_SOFTWARE_NAME
     # Read together with the body (a sync handler: no level change in between), so the
     # connection remembers exactly the ranges this answer lists.
     ctx.connection.remember_advertised(services.advertised_ranges())

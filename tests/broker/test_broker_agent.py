@@ -9,7 +9,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from server.broker.lifecycle import BrokerFatalError, BrokerState
-from server.client import ClientError, KafkaClient
+from server.client import KafkaClient
 
 from .harness import advertised, running_cluster
 
@@ -167,3 +167,24 @@ async def test_closing_client_connections_on_a_metadata_version_change_can_be_tu
                 assert reply.cluster_id == cluster.cluster_id
             assert broker.connections.closed_by_request == 0
             assert (await advertised(broker.port))[DESCRIBE_CLUSTER] == (0, 1)
+
+
+async def test_api_versions_v5_tells_a_client_meaning_another_broker_to_rebootstrap(tmp_path):
+    """KIP-1242, as Kafka's brokers answer it: a client that names the cluster and the
+    broker it means to reach, and finds another cluster or broker at the address, gets
+    REBOOTSTRAP_REQUIRED with no API list."""
+    software = {"client_software_name": "kraftwerk-test", "client_software_version": "1"}
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4) as cluster:
+            broker = await cluster.start_broker(101, "3.7")
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            async with await KafkaClient.connect("127.0.0.1", broker.port) as client:
+                for asked, code in (({"cluster_id": cluster.cluster_id, "node_id": 101}, ErrorCode.NONE),
+                                    ({"cluster_id": cluster.cluster_id, "node_id": 102},
+                                     ErrorCode.REBOOTSTRAP_REQUIRED),
+                                    ({"cluster_id": "another-cluster-AAAAAAAA", "node_id": 101},
+                                     ErrorCode.REBOOTSTRAP_REQUIRED)):
+                    reply = await client.request(18, 5, {**software, **asked})
+                    assert reply.error_code == code, asked
+                    assert bool(reply.api_keys) == (code == ErrorCode.NONE), asked
+

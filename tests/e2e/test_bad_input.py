@@ -175,7 +175,7 @@ def test_api_versions_from_the_future_gets_a_v0_error_body(server, witness):
         correlation_id, body = read_response(sock, 18, 0)
         assert correlation_id == 77
         assert body.error_code == ErrorCode.UNSUPPORTED_VERSION == 35
-        assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 0, 4)]
+        assert [(k.api_key, k.min_version, k.max_version) for k in body.api_keys] == [(18, 0, 5)]
         # KIP-511: the client retries with a version it now knows; same connection.
         api_versions_round_trip(sock, 78)
     event = server.wait_for_event("net.unsupported_version", peer=peer)

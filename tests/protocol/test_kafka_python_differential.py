@@ -167,13 +167,20 @@ CASES = [
 ]
 
 
+# APIs whose newest versions kafka-python 3.0.12 does not know: (the newest it shares, why).
+NEWER_THAN_KAFKA_PYTHON = {
+    18: (4, "ApiVersions v5 (KIP-1242: ClusterId and NodeId) came with Kafka 4.2, after kafka-python 3.0.12"),
+}
+
+
 def test_shared_versions_cover_what_kraftwerk_serves():
     # Guard against the intersection silently shrinking to nothing.
     names = {(p.values[0].name, p.values[2]) for p in CASES}
     for api_key, (request, response) in API_MESSAGES.items():
         if api_key in KAFKA_PYTHON:
-            assert (request.name, request.version_range[1]) in names, api_name(api_key)
-            assert (response.name, response.version_range[1]) in names, api_name(api_key)
+            top = NEWER_THAN_KAFKA_PYTHON.get(api_key, (request.version_range[1],))[0]
+            assert (request.name, top) in names, api_name(api_key)
+            assert (response.name, top) in names, api_name(api_key)
 
 
 # -- shape translation: our field values -> kafka-python's field values -------

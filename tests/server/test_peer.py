@@ -35,7 +35,7 @@ async def test_pipelined_requests_are_matched_to_their_answers(tmp_path):
         async with trio.open_nursery() as requests:
             for index in range(40):
                 requests.start_soon(ask, index)
-        assert peer.choose_version(55) == 2 and peer.api_versions[18] == (0, 4)
+        assert peer.choose_version(55) == 2 and peer.api_versions[18] == (0, 5)
         for index, response in results.items():
             if index % 2:
                 assert response.topics[0].partitions[0].leader_id == 1

@@ -62,3 +62,22 @@ async def test_broker_rpcs_are_held_back_before_3_7_iv2(tmp_path):
                 assert reply.error_code == ErrorCode.UNSUPPORTED_VERSION
             # The refusal touched that request only: the node still answers.
             assert (await advertised(node.port))[BROKER_HEARTBEAT] == (0, 0)
+
+
+async def test_api_versions_v5_on_a_controller_checks_the_shape_not_the_cluster(tmp_path):
+    """KIP-1242: ClusterId and NodeId come both or neither (INVALID_REQUEST, no API
+    list); a controller answers a client that names another cluster or node as any
+    other, as Kafka's controllers do (brokers tell it to rebootstrap:
+    tests/broker/test_broker_agent.py)."""
+    software = {"client_software_name": "kraftwerk-test", "client_software_version": "1"}
+    with trio.fail_after(TIMEOUT_S):
+        async with running_node(tmp_path, MV_3_7_IV4) as node:
+            async with await KafkaClient.connect("127.0.0.1", node.port) as client:
+                assert client.api_versions[18].max_version == 5
+                for asked, code in (({"cluster_id": node.cluster_id, "node_id": node.node_id}, ErrorCode.NONE),
+                                    ({"cluster_id": "another-cluster-AAAAAAAA", "node_id": 9}, ErrorCode.NONE),
+                                    ({"cluster_id": None, "node_id": node.node_id}, ErrorCode.INVALID_REQUEST),
+                                    ({"cluster_id": node.cluster_id, "node_id": -1}, ErrorCode.INVALID_REQUEST)):
+                    reply = await client.request(18, 5, {**software, **asked})
+                    assert reply.error_code == code, asked
+                    assert bool(reply.api_keys) == (code == ErrorCode.NONE), asked
