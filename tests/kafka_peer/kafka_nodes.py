@@ -10,7 +10,7 @@ list of the WARN/ERROR lines a Kafka node may print here without pointing at a p
 each with its reason (`problems` is every other WARN/ERROR).
 
 Nothing of Kafka's is in this repository: `scripts/setup --test`
-(scripts/setup.d/kafka-server.sh) resolves interop/pom.xml's `broker-catalog` profile
+(scripts/setup.d/kafka-jars.sh) resolves interop/pom.xml's `broker-catalog` profile
 (org.apache.kafka:kafka_2.13 and its dependencies) into ~/.m2 and writes the classpath to
 interop/target/server-classpath.txt. `server_missing()` says why it cannot run here.
 
