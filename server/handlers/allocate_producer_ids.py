@@ -3,19 +3,14 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
 from server.api.context import ControllerWrites
-from server.api.errors import ApiError
-from server.controller.loop import NotControllerError
 from server.controller.producer_ids import allocate_producer_ids
-from server.handlers.writes import not_controller_message
+from server.handlers.writes import submit_write
 
 
 async def handle(ctx, request):
     services: ControllerWrites = ctx.services
-    try:
-        result = await services.submit(
-            lambda state, tracker, next_offset, now_ms: allocate_producer_ids(state, request))
-    except NotControllerError as exc:
-        raise ApiError(ErrorCode.NOT_CONTROLLER, not_controller_message(exc.leader_id)) from None
+    # An inter-node RPC: never held back by a migration's write-behind (gated=False).
+    result = await submit_write(
+        services, lambda state, tracker, next_offset, now_ms: allocate_producer_ids(state, request), gated=False)
     return result.response

@@ -1,8 +1,10 @@
-"""An operator's write to the controller loop, with the refusals every write API shares.
+"""A write to the controller loop, with the refusals every write API shares (an
+operator's and the brokers' own RPCs alike).
 
 Owns: `submit_write`. A standby answers NOT_CONTROLLER (so clients go to the leader), and
 while a ZooKeeper migration's write-behind lags, writes are held and then answered
-REQUEST_TIMED_OUT, retriable for every client (KIP-866). A controller whose metadata log
+REQUEST_TIMED_OUT, retriable for every client (KIP-866); the brokers' RPCs are not held
+(`gated=False`). A controller whose metadata log
 failed (ENOSPC, EIO) answers KAFKA_STORAGE_ERROR, retriable, until its disk is back. Each
 refusal is an `ApiError`: the dispatcher answers it in the API's own error shape (its
 catalog entry's error_response), since every API reports errors differently.
