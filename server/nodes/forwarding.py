@@ -8,8 +8,9 @@ Rules kept here:
 - The active controller is whoever the quorum names now (the node's Raft driver): a
   forward whose answer was lost, or that the controller refused with NOT_CONTROLLER,
   is sent again as soon as the driver names another leader (at the latest every
-  FORWARD_RETRY_S), under the same forward id, so a write the controller applied is
-  answered, never applied twice (server/controller/idempotence.py).
+  FORWARD_RETRY_S; a leader still named but not active yet, every NOT_ACTIVE_RETRY_S),
+  under the same forward id, so a write the controller applied is answered, never
+  applied twice (server/controller/idempotence.py).
 - An answer goes back to the client only once this node's image holds everything the
   controller had replayed when it answered (read-your-writes through the same node),
   bounded by READ_YOUR_WRITES_WAIT_S.
@@ -60,6 +61,9 @@ log = get_logger("forwarding")
 FORWARD_TIMEOUT_S = 10.0
 # A forward that failed with the leader unchanged is tried again after this, at the latest.
 FORWARD_RETRY_S = 0.2
+# The leader answered NOT_CONTROLLER although the quorum still names it: elected, its
+# controller not active yet (it replays up to its first commit). Asked again this soon.
+NOT_ACTIVE_RETRY_S = 0.02
 # How long a forwarded write's answer waits for this node's image to reach the write;
 # past it the answer goes out anyway.
 READ_YOUR_WRITES_WAIT_S = 5.0
@@ -110,8 +114,13 @@ class Forwarder:
                 if leader == self._node_id:
                     return None
                 peer = self._peers.get(leader) if leader is not None else None
-                if peer is None or not peer.connected:
+                if peer is None:
                     await self._wait_leader_change(leader, FORWARD_RETRY_S)
+                    continue
+                if not peer.connected:
+                    # A dead leader (until the quorum names another) or a new one this
+                    # node's connection to is being re-established: whichever comes first.
+                    await self._wait_leader_change_or_connection(leader, peer, FORWARD_RETRY_S)
                     continue
                 theirs = peer.api_versions.get(api_key)
                 if theirs is None:
@@ -129,7 +138,7 @@ class Forwarder:
                     await self._wait_leader_change(leader, FORWARD_RETRY_S)
                     continue
                 if response.get("error_code") == ErrorCode.NOT_CONTROLLER:
-                    await self._wait_leader_change(leader, FORWARD_RETRY_S)
+                    await self._wait_leader_change(leader, NOT_ACTIVE_RETRY_S)
                     continue
                 if committed is not None:
                     await self._wait_image_reaches(committed)
@@ -171,6 +180,22 @@ class Forwarder:
         with trio.move_on_after(timeout_s):
             while driver.leader_id is None or driver.leader_unreachable:
                 await driver.wait_changed()
+
+    async def _wait_leader_change_or_connection(self, leader: int, peer: PeerConnection, timeout_s: float) -> None:
+        """Until the Raft driver names a leader other than `leader` or `peer` (the
+        leader's connection) is connected, at most `timeout_s`."""
+        async def leader_changed(scope: trio.CancelScope) -> None:
+            await self._wait_leader_change(leader, timeout_s)
+            scope.cancel()
+
+        async def connected(scope: trio.CancelScope) -> None:
+            await peer.wait_connected()
+            scope.cancel()
+
+        with trio.move_on_after(timeout_s):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(leader_changed, nursery.cancel_scope)
+                nursery.start_soon(connected, nursery.cancel_scope)
 
     async def _wait_leader_change(self, leader: int | None, timeout_s: float) -> None:
         """Until the Raft driver names a leader other than `leader` (at once if it
