@@ -54,7 +54,7 @@ def unfence_broker(broker_id: int, epoch: int) -> bytes:
 
 def registration_change(broker_id: int, epoch: int, *, fenced: int = 0, shutdown: int = 0) -> bytes:
     data = {"broker_id": broker_id, "broker_epoch": epoch, "fenced": fenced, "in_controlled_shutdown": shutdown}
-    return encode_metadata_record(record(mr.BROKER_REGISTRATION_CHANGE_RECORD, data))
+    return encode_metadata_record(record(mr.BROKER_REGISTRATION_CHANGE_RECORD, data, version=2))
 
 
 def leader_change_value(leader_id: int, voters: tuple[int, ...]) -> bytes:
