@@ -196,6 +196,11 @@ CONTROLLER_BENIGN: tuple[Benign, ...] = BENIGN + (
                                                  r"BROKER_HEARTBEAT.*brokerId=%d," % UNKNOWN_BROKER_ID),
            "finding the active controller: a standby answers our heartbeat for an unknown broker "
            "NOT_CONTROLLER and logs it at ERROR", detail=re.compile(r"NotControllerException")),
+    Benign("ERROR", "ControllerApis", re.compile(r"Unexpected error handling request RequestHeader\(apiKey="
+                                                 r"CONTROLLER_REGISTRATION,"),
+           "a Kafka controller registers with the leader it last knew; when leadership moves during start-up "
+           "(a second election on a busy machine), the former leader answers NOT_CONTROLLER and logs it at "
+           "ERROR, and the registration manager asks the new leader", detail=re.compile(r"NotControllerException")),
     Benign("WARN", "QuorumController", re.compile(r"^\[QuorumController id=\d\] Performing controller activation\. "
                                                   r"The metadata log appears to be empty\."),
            "the first leader of a freshly formatted quorum writes the bootstrap records"),
