@@ -159,8 +159,15 @@ class PartitionImage:
 NO_LEADER = -1
 NO_LEADER_CHANGE = -2
 LEADER_RECOVERY_NO_CHANGE = -1
-# Kafka's DirectoryId.MIGRATING: the replica's directory is not known yet.
-DIRECTORY_MIGRATING = uuid.UUID(int=2)
+# Kafka's reserved directory ids (DirectoryId), as PartitionRecord.Directories holds them.
+# MIGRATING: a directory was chosen but the controller does not know it (replicas from
+# before metadata.version 3.7-IV2, or from a broker that registered no directories).
+DIRECTORY_MIGRATING = uuid.UUID(int=0)
+# UNASSIGNED: no directory chosen yet; the broker picks one and says so with
+# AssignReplicasToDirs.
+DIRECTORY_UNASSIGNED = uuid.UUID(int=1)
+# LOST: the replica's directory is offline and unknown.
+DIRECTORY_LOST = uuid.UUID(int=2)
 
 
 def merge_partition_change(partition: PartitionImage, change: Any) -> PartitionImage:

@@ -110,6 +110,12 @@ class PeerConnection:
         self._pending: dict[int, _Waiter] = {}
         self._stream: trio.abc.Stream | None = None
         self._connected = trio.Event()
+        # Set (and replaced) when a connect attempt fails: wakes the requests that
+        # asked to fail fast while they waited for a reconnect.
+        self._connect_failed = trio.Event()
+        # Set when the peer was heard from while disconnected: the reconnect waiting out
+        # its backoff tries now (see note_alive).
+        self._heard = trio.Event()
         self._send_lock = trio.Lock()
         self.api_versions: dict[int, tuple[int, int]] = {}
         # The peer's SupportedFeatures from its last ApiVersions answer (kept across
@@ -150,6 +156,8 @@ class PeerConnection:
                                                   ssl_context=self._ssl_context)
             except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
                 self.unreachable = True
+                self._connect_failed.set()
+                self._connect_failed = trio.Event()
                 delay_ms = self._backoff.delay_ms(attempt, self._rng)
                 attempt += 1
                 if isinstance(exc, ConnectError):
@@ -162,7 +170,7 @@ class PeerConnection:
                 else:
                     log.debug(Event.PEER_CONNECT_FAILED, peer=self.address.node_id, error=str(exc),
                               retry_in_ms=round(delay_ms))
-                await trio.sleep(delay_ms / 1000)
+                attempt = await self._back_off(delay_ms, attempt)
                 continue
             try:
                 async with trio.open_nursery() as nursery:
@@ -189,7 +197,31 @@ class PeerConnection:
                     await stream.aclose()
             delay_ms = self._backoff.delay_ms(attempt, self._rng)
             attempt += 1
-            await trio.sleep(delay_ms / 1000)
+            attempt = await self._back_off(delay_ms, attempt)
+
+    async def _back_off(self, delay_ms: float, attempt: int) -> int:
+        """Sleeps `delay_ms` before the next connect attempt, or less if the peer is heard
+        from meanwhile (then at least the backoff's initial delay, and the backoff starts
+        over). Returns the attempt count to go on with."""
+        started = trio.current_time()
+        heard = False
+        with trio.move_on_after(delay_ms / 1000):
+            await self._heard.wait()
+            heard = True
+        self._heard = trio.Event()
+        if not heard:
+            return attempt
+        await trio.sleep_until(started + self._backoff.initial_ms / 1000)
+        return 0
+
+    def note_alive(self) -> None:
+        """The peer is known to be up (it just sent this node a request, or the quorum
+        elected it). A peer that restarted while this node's reconnects backed off (up to
+        the backoff's maximum) is reconnected to now, and requests that fail fast wait
+        for that attempt instead of failing on the last one's result."""
+        if self._stream is None:
+            self.unreachable = False
+            self._heard.set()
 
     async def _negotiate(self) -> None:
         request = API_MESSAGES[18][0]
@@ -274,13 +306,14 @@ class PeerConnection:
         decoded (before this returns it); it must not raise. With `fail_fast`, a peer
         whose last connect attempt failed raises PeerUnavailable at once rather than
         being waited for (callers that have somewhere else to ask)."""
-        if fail_fast and self.unreachable and not self._connected.is_set():
-            raise PeerUnavailable(f"node {self.address.node_id} is unreachable (its last connect attempt failed)")
         with trio.fail_after(timeout_s):
             # No wait where it would not block: a trio wait on a set event still costs a
             # scheduling round.
             if not self._connected.is_set():
-                await self._connected.wait()
+                if fail_fast:
+                    await self._wait_connected_or_failed()
+                else:
+                    await self._connected.wait()
             await _acquire(self._slots)
             try:
                 if version is None:
@@ -288,6 +321,20 @@ class PeerConnection:
                 return await self._exchange(api_key, version, body, on_response)
             finally:
                 self._slots.release()
+
+    async def _wait_connected_or_failed(self) -> None:
+        """Until connected; raises PeerUnavailable once a connect attempt fails (at once
+        if the last one did). A connection that just dropped gets its reconnect attempt."""
+        while not self._connected.is_set():
+            if self.unreachable:
+                raise PeerUnavailable(f"node {self.address.node_id} is unreachable (its last connect attempt failed)")
+            failed = self._connect_failed
+            async with trio.open_nursery() as nursery:
+                async def wait_then_cancel(event: trio.Event) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(wait_then_cancel, self._connected)
+                nursery.start_soon(wait_then_cancel, failed)
 
     async def _exchange(self, api_key: int, version: int, body: dict,
                         on_response: Callable[[dict], None] | None = None):

@@ -90,6 +90,10 @@ def peer_connections(peers: dict[int, PeerAddress], client_id: str, security: Cl
     return connections
 
 
+class _NotActive(Exception):
+    """The peer answered an Envelope NOT_CONTROLLER."""
+
+
 class Forwarder:
     def __init__(self, node_id: int, driver: RaftDriver, peers: dict[int, PeerConnection],
                  replayer: Replayer, leader_wait_s: float) -> None:
@@ -98,6 +102,8 @@ class Forwarder:
         self._driver = driver
         self._peers = peers
         self._replayer = replayer
+        # The (epoch, leader) whose connection was last nudged (_leader_peer).
+        self._nudged: tuple[int, int] | None = None
 
     # -- forwarding ----------------------------------------------------------------------
     async def forward(self, api_key: int, version: int, request, ctx=None) -> dict | None:
@@ -113,7 +119,7 @@ class Forwarder:
                 leader = driver.leader_id
                 if leader == self._node_id:
                     return None
-                peer = self._peers.get(leader) if leader is not None else None
+                peer = self._leader_peer(leader)
                 if peer is None:
                     await self._wait_leader_change(leader, FORWARD_RETRY_S)
                     continue
@@ -133,6 +139,9 @@ class Forwarder:
                                                                               forward_id)
                     else:
                         response = await peer.request(api_key, dict(request), FORWARD_TIMEOUT_S, version=use)
+                except _NotActive:
+                    await self._wait_leader_change(leader, NOT_ACTIVE_RETRY_S)
+                    continue
                 except (PeerUnavailable, trio.TooSlowError) as exc:
                     log.info(Event.BROKER_FORWARD_FAILED, api_key=api_key, controller_id=leader, error=str(exc))
                     await self._wait_leader_change(leader, FORWARD_RETRY_S)
@@ -148,8 +157,9 @@ class Forwarder:
     async def _forward_in_envelope(self, peer: PeerConnection, api_key: int, version: int, request, ctx,
                                    forward_id: bytes):
         """The controller's answer and its committed offset (None if it did not say).
-        Raises PeerUnavailable when the answer was lost or the peer is not the active
-        controller (any more): the caller asks again, under the same forward id."""
+        Raises PeerUnavailable when the answer was lost, _NotActive when the peer is not
+        the active controller (yet, or any more): the caller asks again, under the same
+        forward id."""
         inner = encode_request(api_key, version, ctx.correlation_id, ctx.client_id, dict(request))
         envelope = await peer.request(ENVELOPE_KEY, with_tag({
             "request_data": inner[4:],  # without the size prefix, as Kafka embeds it
@@ -157,7 +167,7 @@ class Forwarder:
             "client_host_address": address_bytes(ctx.client_host),
         }, FORWARD_ID_TAG, forward_id), FORWARD_TIMEOUT_S, version=0)
         if envelope.error_code == ErrorCode.NOT_CONTROLLER:
-            raise PeerUnavailable(f"controller {peer.address.node_id} is not the active controller")
+            raise _NotActive()
         if envelope.error_code != ErrorCode.NONE or envelope.response_data is None:
             # Not retriable (this node may not forward, or the request is not forwardable):
             # the client gets the refusal in its own API's error shape (the dispatcher
@@ -172,6 +182,18 @@ class Forwarder:
         except DecodeError as exc:
             raise PeerUnavailable(f"undecodable forwarded response: {exc}") from None
         return response, decode_offset(tagged(envelope, COMMITTED_OFFSET_TAG))
+
+    def _leader_peer(self, leader: int | None) -> PeerConnection | None:
+        """The connection to `leader`. A leader the quorum names is up; a connection to
+        it still waiting out a reconnect backoff (it restarted since it broke) is told so,
+        once per epoch, and reconnects now."""
+        peer = self._peers.get(leader) if leader is not None else None
+        if peer is not None and not peer.connected and not self._driver.leader_unreachable:
+            named = (self._driver.epoch, leader)
+            if named != self._nudged:
+                self._nudged = named
+                peer.note_alive()
+        return peer
 
     async def wait_live_leader(self, timeout_s: float) -> None:
         """Until the Raft driver names a leader whose fetches do not keep failing (this
@@ -221,7 +243,7 @@ class Forwarder:
         leader = self._driver.leader_id
         if leader is None or leader == self._node_id:
             return
-        peer = self._peers.get(leader)
+        peer = self._leader_peer(leader)
         if peer is None:
             return
         # A connection being re-established (the leader restarted, or was elected after

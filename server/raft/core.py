@@ -317,6 +317,8 @@ class RaftCore:
         # Follower (voter or observer): fetches to its leader that failed in a row since
         # it last heard from it.
         self._leader_fetch_failures = 0
+        # The (epoch, leader) whose loss last started an early pre-vote (_campaign_early).
+        self._early_campaign: tuple[int, int | None] | None = None
         # Last successful exchange with the leader (pre-vote refusals rely on it).
         self._last_leader_contact_ms = -1
         self._snapshot_download: _SnapshotDownload | None = None
@@ -760,7 +762,7 @@ class RaftCore:
             return
         if self._fetch_in_flight is not None and now_ms >= self._fetch_sent_ms + self._fetch_request_timeout_ms():
             self._fetch_in_flight = None  # lost: send another
-            self._count_leader_fetch_failure()
+            self._count_leader_fetch_failure(now_ms)
         self._maybe_send_fetch(now_ms)
 
     # ------------------------------------------------------------------
@@ -818,9 +820,9 @@ class RaftCore:
 
     def _hears_leader(self, now_ms: int) -> bool:
         """A live leader is known: this node leads with a majority fetching from it, or
-        follows a leader it heard from within the fetch timeout."""
+        follows a leader it heard from within the fetch timeout and can still reach."""
         if self.role is Role.FOLLOWER:
-            return (self._last_leader_contact_ms >= 0
+            return (self._last_leader_contact_ms >= 0 and not self.leader_unreachable
                     and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms)
         if self.role is Role.LEADER:
             return self._majority_contact_ms() > now_ms - self.config.fetch_timeout_ms
@@ -1246,11 +1248,30 @@ class RaftCore:
     def _fetch_failed(self, now_ms: int) -> None:
         self._fetch_in_flight = None
         self._fetch_backoff_until_ms = now_ms + self.config.retry_backoff_ms
-        self._count_leader_fetch_failure()
+        self._count_leader_fetch_failure(now_ms)
 
-    def _count_leader_fetch_failure(self) -> None:
-        if self.role is Role.FOLLOWER:
-            self._leader_fetch_failures += 1
+    def _count_leader_fetch_failure(self, now_ms: int) -> None:
+        if self.role is not Role.FOLLOWER:
+            return
+        self._leader_fetch_failures += 1
+        if self.config.is_voter and self._leader_fetch_failures == LEADER_UNREACHABLE_FAILURES:
+            self._campaign_early(now_ms)
+
+    def _campaign_early(self, now_ms: int) -> None:
+        """A leader process that dies closes its connections, so its followers' fetches
+        fail at once; waiting out the fetch timeout then only delays the election. A voter
+        that cannot reach its leader starts a pre-vote soon, the voters in a fixed order
+        (so they do not split the vote). The pre-vote wins only where a majority cannot
+        reach the leader either (`_hears_leader`). Once per leader and epoch: after a lost
+        pre-vote the fetch timeout applies, as it always does to a silent leader."""
+        leadership = (self.epoch, self.leader_id)
+        if self._early_campaign == leadership:
+            return
+        self._early_campaign = leadership
+        others = sorted(v for v in self.config.voters if v != self.leader_id)
+        position = others.index(self.config.node_id) if self.config.node_id in others else len(others)
+        backoff = min(self.config.retry_backoff_ms * (1 << min(position, 16)), self.config.election_timeout_ms)
+        self._fetch_deadline_ms = min(self._fetch_deadline_ms or now_ms + backoff, now_ms + backoff)
 
     def _handle_fetch_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:
         if request_body is not self._fetch_in_flight:

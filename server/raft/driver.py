@@ -788,6 +788,9 @@ class RaftDriver:
                 # The core has already treated the response as a failed exchange.
                 self._note_refusal(Refusal(item.api_key, exc.error, exc.event, exc.reason), item.source_id)
         elif isinstance(item, _Request):
+            peer = self._peers.get(item.sender_id)
+            if peer is not None:
+                peer.note_alive()
             try:
                 answer = core.handle_request(item.sender_id, item.api_key, item.body, now, token=item.reply)
             except RaftProtocolError as exc:

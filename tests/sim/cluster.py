@@ -103,6 +103,9 @@ class SimConfig:
     faults: tuple[str, ...] = ()
     wire_codec: bool = False
     pre_vote: bool = True
+    # A request to a node whose process is down fails at once (its host refuses the
+    # connection, as after kill -9) instead of vanishing (a machine gone, a partition).
+    refuse_when_down: bool = False
     # None, or who the hostile node claims to be: "own" (an id of its own),
     # "voter" (it impersonates a voter) or "observer" (an observer's id).
     hostile: str | None = None
@@ -130,8 +133,9 @@ def random_sim_config(rng: random.Random) -> SimConfig:
         wire_codec=rng.random() < 0.1,
         pre_vote=rng.random() < 0.8,
         high_watermark_linger_ms=rng.choice((0, 5, 30)),
-        # Drawn last, so the rest of a seed's configuration does not depend on it.
+        # Drawn last, so the rest of a seed's configuration does not depend on them.
         hostile=rng.choice(HOSTILE_IDENTITIES) if rng.random() < HOSTILE_SHARE else None,
+        refuse_when_down=rng.random() < 0.5,
     )
 
 
@@ -181,6 +185,9 @@ class Node:
     # immutable, so the same pair passes the same checks again.
     checked_state: Any = None
     checked_stored: Any = None
+    # Requests this node's core deferred (long-polled fetches) and has not answered:
+    # (requester, requester's incarnation, api key, request body).
+    held: list[tuple[int, int, int, Any]] = field(default_factory=list)
 
 
 class Simulation:
@@ -281,6 +288,13 @@ class Simulation:
             node.log.flush()
         else:
             node.log.crash()
+        if self.config.refuse_when_down:
+            # The process's connections close: what it held fails at the requesters.
+            for requester, incarnation, api_key, request_body in node.held:
+                if (node.node_id, requester) not in self.blocked:
+                    self.schedule(self.now + self.network_delay(), self._deliver_response, node.node_id, requester,
+                                  incarnation, api_key, request_body, None)
+        node.held.clear()
         self.majority_dirty = True
         node.core = None
 
@@ -343,6 +357,7 @@ class Simulation:
                     # A deferred answer to the hostile node: it goes back on its connection.
                     self.hostile.receive(response.api_key, request_body, response.body)
                 else:
+                    node.held[:] = [h for h in node.held if h[3] is not request_body]
                     self.send_response(node.node_id, response.destination, response.api_key, request_body,
                                        response.body, requester_incarnation)
             core.advance(ready, log.flushed_end_offset, self.now)
@@ -470,10 +485,17 @@ class Simulation:
     def on_request(self, source: int, destination: int, incarnation: int, api_key: int, request_body: Any,
                    payload: Any) -> None:
         node = self.nodes[destination]
-        if node.core is None or (source, destination) in self.blocked:
+        if (source, destination) in self.blocked:
+            return
+        if node.core is None:
+            if self.config.refuse_when_down:
+                self.schedule(self.now + self.network_delay(), self._deliver_response, destination, source,
+                              incarnation, api_key, request_body, None)
             return
         answer = self.deliver_request(node, source, api_key, payload, (incarnation, request_body))
-        if answer is not DEFERRED:
+        if answer is DEFERRED:
+            node.held.append((source, incarnation, api_key, request_body))
+        else:
             self.send_response(destination, source, api_key, request_body, answer, incarnation)
         self.drain(node)
 

@@ -192,6 +192,42 @@ def test_kill_9_of_the_leader_loses_nothing_committed():
         assert sim.committed[offset] == entry
 
 
+def _elected_after_kill(sim: Simulation) -> int:
+    """kill -9 of the leader, then the simulated ms until another node leads."""
+    sim.run_until(3000)
+    old = leader_of(sim)
+    sim.stop_node(old, graceful=False)
+    killed_at = sim.now
+    for _ in range(5000):  # 1 ms steps, at most 5 s of simulated time
+        sim.run_until(sim.now + 1)
+        leader = sim.current_leader()
+        if leader is not None and leader is not old:
+            return sim.now - killed_at
+    raise AssertionError("no new leader within 5 s")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_leader_whose_connections_are_refused_is_replaced_before_the_fetch_timeout(seed):
+    """A killed process's host refuses connections: the followers' fetches fail at once,
+    and they elect a successor without waiting out the fetch timeout (here 2 s, as
+    Kafka's default), in the order of their ids and without splitting the vote."""
+    sim = quiet_cluster(seed, fetch_timeout_ms=2000, election_timeout_ms=1000, request_timeout_ms=2000,
+                        refuse_when_down=True)
+    elected_ms = _elected_after_kill(sim)
+    assert elected_ms < 200, elected_ms
+    assert sim.stats.get("refused.VOTE", 0) == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_silent_leader_is_replaced_only_after_the_fetch_timeout(seed):
+    """Without refusals (a machine gone, a partition) nothing tells the followers: a
+    follower that still hears its leader must not be rushed into an election."""
+    sim = quiet_cluster(seed, fetch_timeout_ms=2000, election_timeout_ms=1000, request_timeout_ms=2000)
+    elected_ms = _elected_after_kill(sim)
+    # The last fetch answered at most fetch_max_wait_ms before the kill.
+    assert elected_ms >= 2000 - SimConfig.fetch_max_wait_ms - SimConfig.max_delay_ms, elected_ms
+
+
 # -- the quorum-state file --------------------------------------------------------
 
 def test_quorum_state_file_round_trip(tmp_path):
