@@ -57,6 +57,9 @@ from server.storage.log import FileOps, MetadataLog
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
 # before it is refused with a retriable error.
 WRITES_BLOCKED_WAIT_S = 5.0
+# How long a command on a newly elected leader waits for its controller to activate
+# (replay up to its first commit) before it is refused NOT_CONTROLLER.
+ACTIVATION_WAIT_S = 1.0
 
 log = get_logger("controller")
 
@@ -376,6 +379,11 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 raise WritesBlockedError(
                     f"ZooKeeper is {self.migration.write_lag()} records behind the metadata log "
                     f"(bound {self.migration.max_lag_records}) or unreachable; retry later")
+        if not self.controller.active and self.is_quorum_leader():
+            # Elected and replaying up to its first commit: active within a commit round
+            # trip. Waiting here saves the client a NOT_CONTROLLER and a retry.
+            with trio.move_on_after(ACTIVATION_WAIT_S):
+                await self.controller.wait_active()
         return await self.controller.submit(command)
 
     # -- KIP-866 finalization and metrics ---------------------------------------
