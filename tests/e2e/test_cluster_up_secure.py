@@ -141,8 +141,8 @@ def test_a_secure_cluster_comes_up_takes_a_write_and_restarts(tmp_path):
             # librdkafka's own SCRAM client with the printed librdkafka properties.
             listed = subprocess.run([kcat, "-L", "-b", broker, "-F", str(secure / "admin-librdkafka.properties"),
                                      "-m", "20"], capture_output=True, text=True, timeout=60)
-            assert listed.returncode == 0, listed.stderr
-            assert "broker 101 at 127.0.0.1" in listed.stdout
+            assert listed.returncode == 0, listed.stdout + listed.stderr
+            assert "broker 101 at 127.0.0.1" in listed.stdout, listed.stdout + listed.stderr
 
         assert first.interrupt() == 0
     finally:
