@@ -593,7 +593,8 @@ class _ClusterStory:
     def _heartbeat(self, broker: _Broker, want_shut_down: bool = False) -> cmd.ControllerResult:
         fields = heartbeat_fields(broker.broker_id, broker.epoch, self.committed_end - 1, want_shut_down)
         version = 1 if REGISTRATION_VERSION[broker.release] >= 2 else 0
-        return self._take(cmd.broker_heartbeat(self.state, self.tracker, fields, version, self.now_ms, self.config))
+        return self._take(cmd.broker_heartbeat(self.state, self.tracker, fields, version, self.now_ms, self.config,
+                                               next_offset=self.next_offset))
 
     def _on_heartbeat(self, broker: _Broker) -> None:
         if self._heartbeat(broker).response["error_code"] != ErrorCode.NONE:

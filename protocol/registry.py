@@ -21,6 +21,7 @@ from protocol.apis import (
     alter_partition,
     alter_user_scram_credentials,
     api_versions,
+    assign_replicas_to_dirs,
     begin_quorum_epoch,
     broker_heartbeat,
     broker_registration,
@@ -56,7 +57,8 @@ from protocol.apis import (
 from protocol.schema import Message
 
 _MODULES = (
-    add_raft_voter, allocate_producer_ids, alter_client_quotas, alter_configs, alter_partition, alter_user_scram_credentials, api_versions, begin_quorum_epoch, broker_heartbeat,
+    add_raft_voter, allocate_producer_ids, alter_client_quotas, alter_configs, alter_partition, alter_user_scram_credentials, api_versions, assign_replicas_to_dirs,
+    begin_quorum_epoch, broker_heartbeat,
     broker_registration, controller_registration, create_acls, create_partitions, create_topics, delete_acls, delete_topics,
     describe_acls, describe_client_quotas, describe_cluster, describe_configs, describe_migration, describe_quorum,
     describe_user_scram_credentials, end_quorum_epoch, envelope, fetch, fetch_snapshot,

@@ -64,6 +64,8 @@ class Event(StrEnum):
     # A PartitionChangeRecord committed (ISR, leader or replicas of one partition moved).
     PARTITION_CHANGED = "controller.partition_changed"
     ALTER_PARTITION_REFUSED = "controller.alter_partition_refused"
+    # AssignReplicasToDirs refused whole, or for some partitions (unknown, not a replica).
+    ASSIGN_REPLICAS_TO_DIRS_REFUSED = "controller.assign_replicas_to_dirs_refused"
     TOPICS_CREATED = "controller.topics_created"
     TOPICS_DELETED = "controller.topics_deleted"
     CONFIGS_ALTERED = "controller.configs_altered"

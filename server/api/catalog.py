@@ -51,6 +51,7 @@ from server.handlers import (
     alter_partition,
     alter_user_scram_credentials,
     api_versions,
+    assign_replicas_to_dirs,
     broker_heartbeat,
     broker_registration,
     create_acls,
@@ -243,6 +244,11 @@ _SPECS = (
             gate={2: 3, 3: 10},
             notes="A partition leader's new ISR (PartitionChangeRecord) with Kafka's checks: broker and partition "
                   "epochs, leader, eligible (unfenced, not shutting down) ISR members, leader recovery state."),
+    ApiSpec(ApiKey.ASSIGN_REPLICAS_TO_DIRS, 0, 0, assign_replicas_to_dirs.handle, kind=_ASYNC,
+            rule=ApiRule(CLUSTER_ACTION),
+            notes="KIP-858: a broker with several log directories names each replica's directory "
+                  "(PartitionChangeRecord Directories; metadata.version 3.7-IV2+, else UNSUPPORTED_VERSION); "
+                  "a replica put in an offline directory leaves the ISR."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

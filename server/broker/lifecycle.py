@@ -142,6 +142,10 @@ class BrokerLifecycle:
         self._shutdown_requested = True
         self._poke()
 
+    def heartbeat_soon(self) -> None:
+        """The next heartbeat goes out now instead of at the end of the interval."""
+        self._poke()
+
     def fail(self, reason: str) -> None:
         """The broker met a finalized level it cannot run (KIP-778): unregister and stop."""
         if self._fatal is None:

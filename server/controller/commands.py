@@ -78,9 +78,15 @@ class HeartbeatUpdate:
     broker_id: NodeId
     broker_epoch: BrokerEpoch
     contact_ms: int
+    metadata_offset: int = -1  # what the heartbeat reported replayed
+    # Set while the broker is in controlled shutdown: the offset its leaderships moved by.
+    controlled_shutdown_offset: int | None = None
 
     def apply(self, tracker: BrokerHeartbeatTracker) -> None:
         tracker.update_contact(self.broker_id, self.broker_epoch, self.contact_ms)
+        tracker.update_metadata_offset(self.broker_id, self.broker_epoch, self.metadata_offset)
+        if self.controlled_shutdown_offset is not None:
+            tracker.note_controlled_shutdown(self.broker_id, self.broker_epoch, self.controlled_shutdown_offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -564,7 +570,8 @@ def _cordoned_log_dirs_records(state: ControllerState, registration: BrokerRegis
         "cordoned_log_dirs": list(cordoned)}, version=3)]
 
 
-def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, caught_up: bool, has_leaderships: bool) -> str:
+def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, caught_up: bool, has_leaderships: bool,
+                       others_replayed_shutdown: bool) -> str:
     """Kafka's BrokerHeartbeatManager.calculateNextBrokerState."""
     if current == FENCED:
         if want_shut_down:
@@ -580,9 +587,19 @@ def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, cau
         return UNFENCED
     if current == CONTROLLED_SHUTDOWN:
         # Entering controlled shutdown moved every leadership it could; one left means a
-        # partition still has it as leader, and the broker must wait.
-        return CONTROLLED_SHUTDOWN if has_leaderships else SHUTDOWN_NOW
+        # partition still has it as leader, and the broker must wait. So it does until
+        # every active broker has replayed the moves: clients it sends away are told
+        # the new leaders wherever they ask.
+        return SHUTDOWN_NOW if not has_leaderships and others_replayed_shutdown else CONTROLLED_SHUTDOWN
     return SHUTDOWN_NOW
+
+
+def _lowest_active_offset(state: ControllerState, tracker: BrokerHeartbeatTracker) -> int | None:
+    """The lowest metadata offset the active brokers (unfenced, not shutting down) last
+    reported; None when there are none (Kafka's lowestActiveOffset)."""
+    offsets = [tracker.metadata_offset(r.broker_id, r.epoch) for r in state.brokers.values()
+               if not r.fenced and not r.in_controlled_shutdown]
+    return min(offsets) if offsets else None
 
 
 def broker_heartbeat(
@@ -592,6 +609,8 @@ def broker_heartbeat(
     api_version: int,
     now_ms: int,
     config: ControllerConfig,
+    *,
+    next_offset: int,
 ) -> ControllerResult:
     """BrokerHeartbeat v0-2 (Kafka's ReplicationControlManager.processBrokerHeartbeat).
 
@@ -634,12 +653,22 @@ def broker_heartbeat(
     # Only these transitions depend on leaderships; the scan is skipped otherwise.
     leads = (current == CONTROLLED_SHUTDOWN or (current == UNFENCED and want_shut_down)) \
         and partitions.has_leaderships(state, broker_id)
+    shutdown_offset = None
+    replayed = False
+    if current == CONTROLLED_SHUTDOWN:
+        # A controller that took over mid-shutdown notes the log's end instead.
+        shutdown_offset = tracker.controlled_shutdown_offset(broker_id, broker_epoch)
+        if shutdown_offset is None:
+            shutdown_offset = next_offset - 1
+        lowest = _lowest_active_offset(state, tracker)
+        replayed = lowest is None or shutdown_offset <= lowest
     following = _next_broker_state(
         current,
         bool(_field(request, "want_fence", False)),
         want_shut_down,
         caught_up,
         has_leaderships=leads,
+        others_replayed_shutdown=replayed,
     )
     records: list[MetadataRecord] = []
     if following != current:
@@ -655,6 +684,7 @@ def broker_heartbeat(
             records.extend(_controlled_shutdown_records(state, registration))
             records.extend(partitions.leader_and_isr_updates(
                 state, remove=broker_id, migration_enabled=config.migration_enabled))
+            shutdown_offset = next_offset + len(records) - 1
     records.extend(_cordoned_log_dirs_records(state, registration, request, api_version))
     return ControllerResult(
         records,
@@ -665,7 +695,8 @@ def broker_heartbeat(
             "is_fenced": following in (FENCED, SHUTDOWN_NOW),
             "should_shut_down": following == SHUTDOWN_NOW,
         },
-        heartbeat=HeartbeatUpdate(broker_id, broker_epoch, now_ms),
+        heartbeat=HeartbeatUpdate(broker_id, broker_epoch, now_ms, offset,
+                                  shutdown_offset if following == CONTROLLED_SHUTDOWN else None),
     )
 
 

@@ -3,10 +3,12 @@ that follows the brokers (fencing, controlled shutdown, unfencing, unregistratio
 
 Owns: `build_partition_change` (Kafka's PartitionChangeBuilder without eligible leader
 replicas), `leader_and_isr_updates` (the records that take a broker out of every ISR and
-leadership, or give leaderless partitions a leader) and the read-only views
-`has_leaderships` / `is_active`. AlterPartition, the brokers' own ISR changes, is
-`server/controller/alter_partition.py`; the heartbeat, fencing and unregistration commands
-(`commands.py`) call `leader_and_isr_updates`. The state replays the records
+leadership, or give leaderless partitions a leader), `default_directory` (where a new
+replica's log directory starts) and the read-only views `has_leaderships` / `is_active`.
+AlterPartition, the brokers' own ISR changes, is `server/controller/alter_partition.py`,
+AssignReplicasToDirs (their log directories) `directory_assignment.py`; the heartbeat,
+fencing and unregistration commands (`commands.py`) call `leader_and_isr_updates`. The
+state replays the records
 (`server/controller/state.py`, `merge_partition_change`).
 
 Rules kept here (Kafka's ReplicationControlManager and PartitionChangeBuilder):
@@ -22,18 +24,23 @@ Rules kept here (Kafka's ReplicationControlManager and PartitionChangeBuilder):
   ISR shrinks (KAFKA-15021); the partition epoch goes up on every record.
 - A change that changes nothing writes no record. An ongoing reassignment completes
   when the new ISR holds every target replica.
+- From metadata.version 3.7-IV2 Directories lists every replica's log directory; it is
+  written only when that list changes (a partition without one has every replica
+  MIGRATING), and a replica new to the partition starts UNASSIGNED.
 - Commands are pure and deterministic: partitions are visited by topic name, then index.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord, record
 from server.controller import features as ft
 from server.controller.state import (
+    DIRECTORY_MIGRATING,
+    DIRECTORY_UNASSIGNED,
     NO_LEADER,
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -48,9 +55,6 @@ RECOVERED = 0
 RECOVERING = 1
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
-# Kafka's DirectoryId.UNASSIGNED: a replica whose directory is not chosen yet.
-DIRECTORY_UNASSIGNED = uuid.UUID(int=0)
-
 IBP_3_2_IV0 = 3  # leader recovery state (KIP-704)
 IBP_3_6_IV0 = 12  # no leader epoch bump when the ISR shrinks (KAFKA-15021)
 
@@ -68,6 +72,22 @@ def is_active(state: ControllerState, broker_id: NodeId) -> bool:
     """Kafka's ClusterControlManager.isActive: registered, unfenced, not shutting down."""
     registration = state.broker(broker_id)
     return registration is not None and not registration.fenced and not registration.in_controlled_shutdown
+
+
+def default_directory(state: ControllerState, broker_id: NodeId) -> uuid.UUID:
+    """Kafka's ClusterControlManager.defaultDir: where a new replica on `broker_id` lives
+    as far as the controller knows. A broker with one log directory gets it; one with
+    several chooses itself and reports the choice with AssignReplicasToDirs
+    (UNASSIGNED until then); one that registered none predates directory assignment
+    (MIGRATING); an unregistered broker is refused elsewhere (UNASSIGNED)."""
+    registration = state.broker(broker_id)
+    if registration is None:
+        return DIRECTORY_UNASSIGNED
+    if not registration.log_dirs:
+        return DIRECTORY_MIGRATING
+    if len(registration.log_dirs) == 1:
+        return registration.log_dirs[0]
+    return DIRECTORY_UNASSIGNED
 
 
 def has_leaderships(state: ControllerState, broker_id: NodeId) -> bool:
@@ -108,9 +128,11 @@ def build_partition_change(
     target_leader_recovery_state: int | None = None,
     unclean: bool = False,
     bump_leader_epoch_on_isr_shrink: bool = False,
+    target_directories: Mapping[NodeId, uuid.UUID] | None = None,
 ) -> MetadataRecord | None:
     """The PartitionChangeRecord taking `partition` to the target ISR / recovery state
-    with a leader elected as the module docstring says, or None when nothing changes."""
+    (and `target_directories`: replica -> its log directory) with a leader elected as
+    the module docstring says, or None when nothing changes."""
     isr = list(partition.isr if target_isr is None else target_isr)
     replicas = list(partition.replicas)
     removing = list(partition.removing_replicas)
@@ -158,10 +180,17 @@ def build_partition_change(
     if "isr" not in data and isr and isr != list(partition.isr):
         data["isr"] = isr
 
+    if replicas and ft.directory_assignment_supported(mv_level) and (partition.directories or target_directories):
+        # A partition without directories has every replica MIGRATING (Kafka's
+        # PartitionRegistration fills them in so); Directories is written only when the
+        # list changes.
+        current = list(partition.directories) or [DIRECTORY_MIGRATING] * len(partition.replicas)
+        by_replica = dict(zip(partition.replicas, current))
+        by_replica.update(target_directories or {})
+        directories = [by_replica.get(r, DIRECTORY_UNASSIGNED) for r in replicas]
+        if directories != current:
+            data["directories"] = directories
     if replicas and replicas != list(partition.replicas):
-        if ft.directory_assignment_supported(mv_level) and partition.directories:
-            by_replica = dict(zip(partition.replicas, partition.directories))
-            data["directories"] = [by_replica.get(r, DIRECTORY_UNASSIGNED) for r in replicas]
         data["replicas"] = replicas
     if removing != list(partition.removing_replicas):
         data["removing_replicas"] = removing
@@ -191,6 +220,7 @@ def leader_and_isr_updates(
     inactive: frozenset[NodeId] = frozenset(),
     pending: dict[PartitionKey, PartitionImage] | None = None,
     migration_enabled: bool = False,
+    only: Sequence[PartitionKey] | None = None,
 ) -> list[MetadataRecord]:
     """Kafka's generateLeaderAndIsrUpdates: PartitionChangeRecords for every partition
     whose ISR holds `remove` (a broker being fenced, shutting down or unregistered: it
@@ -200,7 +230,11 @@ def leader_and_isr_updates(
 
     `inactive` are brokers fenced earlier in the same command and `pending` the
     partitions as earlier records of that command leave them (updated here), so several
-    brokers fenced at once each see the others' effect, as if fenced one at a time."""
+    brokers fenced at once each see the others' effect, as if fenced one at a time.
+
+    `only` names the partitions to visit, in that order, instead of every partition
+    (whether or not `remove` is in their ISR): a broker's replicas assigned to a log
+    directory that is offline leave those partitions' ISRs and leaderships only."""
     mv_level = state.metadata_version
     if mv_level is None:
         raise RuntimeError("metadata.version is not finalized yet")
@@ -213,26 +247,42 @@ def leader_and_isr_updates(
         return replica == add or is_active(state, replica)
 
     records: list[MetadataRecord] = []
-    topics = state.topics()
-    for name in sorted(topics):
-        topic = topics[name]
-        unclean: bool | None = None
-        for index in sorted(topic.partitions):
-            key = (topic.topic_id, index)
-            partition = pending.get(key, topic.partitions[index])
+    unclean_by_topic: dict[str, bool] = {}
+    for name, topic, index in _partitions_to_visit(state, only):
+        key = (topic.topic_id, index)
+        partition = pending.get(key, topic.partitions[index])
+        if only is None:
             if leaderless_only:
                 if partition.leader != NO_LEADER:
                     continue
             elif remove not in partition.isr:
                 continue
-            if unclean is None:
-                unclean = unclean_leader_election_enabled(state, name)
-            change = build_partition_change(
-                partition, topic.topic_id, index, mv_level=mv_level, acceptable_leader=acceptable,
-                target_isr=[r for r in partition.isr if r != remove], unclean=unclean,
-                bump_leader_epoch_on_isr_shrink=bump,
-            )
-            if change is not None:
-                records.append(change)
-                pending[key] = merge_partition_change(partition, change.data)
+        unclean = unclean_by_topic.get(name)
+        if unclean is None:
+            unclean = unclean_by_topic[name] = unclean_leader_election_enabled(state, name)
+        change = build_partition_change(
+            partition, topic.topic_id, index, mv_level=mv_level, acceptable_leader=acceptable,
+            target_isr=[r for r in partition.isr if r != remove], unclean=unclean,
+            bump_leader_epoch_on_isr_shrink=bump,
+        )
+        if change is not None:
+            records.append(change)
+            pending[key] = merge_partition_change(partition, change.data)
     return records
+
+
+def _partitions_to_visit(state: ControllerState, only: Sequence[PartitionKey] | None):
+    """(topic name, topic, index): every partition by topic name then index, or the
+    partitions of `only` in its order (each must exist)."""
+    if only is None:
+        topics = state.topics()
+        for name in sorted(topics):
+            topic = topics[name]
+            for index in sorted(topic.partitions):
+                yield name, topic, index
+        return
+    for topic_id, index in only:
+        topic = state.topic_by_id(topic_id)
+        if topic is None or index not in topic.partitions:
+            raise ValueError(f"no partition {index} of topic id {topic_id}")
+        yield topic.name, topic, index

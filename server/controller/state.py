@@ -839,7 +839,7 @@ class BrokerHeartbeatTracker:
     a new one alive.
     """
 
-    __slots__ = ("session_timeout_ms", "_contact_ms")
+    __slots__ = ("session_timeout_ms", "_contact_ms", "_metadata_offset", "_shutdown_offset")
 
     def __init__(self, session_timeout_ms: int) -> None:
         if session_timeout_ms <= 0:
@@ -847,10 +847,17 @@ class BrokerHeartbeatTracker:
         self.session_timeout_ms = session_timeout_ms
         # broker id -> (broker epoch, last contact in ms)
         self._contact_ms: dict[NodeId, tuple[BrokerEpoch, int]] = {}
+        # broker id -> (broker epoch, the metadata offset its last heartbeat reported)
+        self._metadata_offset: dict[NodeId, tuple[BrokerEpoch, int]] = {}
+        # broker id -> (broker epoch, the offset of the last record that took it into
+        # controlled shutdown): it is let go once every active broker has replayed it.
+        self._shutdown_offset: dict[NodeId, tuple[BrokerEpoch, int]] = {}
 
     def activate(self, state: ControllerState, now_ms: int) -> None:
         """Forget everything and start a session now for every unfenced broker."""
         self._contact_ms.clear()
+        self._metadata_offset.clear()
+        self._shutdown_offset.clear()
         for registration in state.brokers.values():
             if not registration.fenced:
                 self._contact_ms[registration.broker_id] = (registration.epoch, now_ms)
@@ -863,6 +870,26 @@ class BrokerHeartbeatTracker:
 
     def remove(self, broker_id: NodeId) -> None:
         self._contact_ms.pop(broker_id, None)
+        self._metadata_offset.pop(broker_id, None)
+        self._shutdown_offset.pop(broker_id, None)
+
+    def update_metadata_offset(self, broker_id: NodeId, broker_epoch: BrokerEpoch, offset: int) -> None:
+        self._metadata_offset[broker_id] = (broker_epoch, offset)
+
+    def metadata_offset(self, broker_id: NodeId, broker_epoch: BrokerEpoch) -> int:
+        """What the broker's last heartbeat of this epoch reported replayed (-1: none yet)."""
+        entry = self._metadata_offset.get(broker_id)
+        return entry[1] if entry is not None and entry[0] == broker_epoch else -1
+
+    def note_controlled_shutdown(self, broker_id: NodeId, broker_epoch: BrokerEpoch, offset: int) -> None:
+        """The first offset noted for this epoch stays (Kafka's maybeUpdateControlledShutdownOffset)."""
+        entry = self._shutdown_offset.get(broker_id)
+        if entry is None or entry[0] != broker_epoch:
+            self._shutdown_offset[broker_id] = (broker_epoch, offset)
+
+    def controlled_shutdown_offset(self, broker_id: NodeId, broker_epoch: BrokerEpoch) -> int | None:
+        entry = self._shutdown_offset.get(broker_id)
+        return entry[1] if entry is not None and entry[0] == broker_epoch else None
 
     def contact_ms(self, broker_id: NodeId, broker_epoch: BrokerEpoch) -> int | None:
         entry = self._contact_ms.get(broker_id)

@@ -52,6 +52,7 @@ from protocol.records import MetadataRecord, record
 from server.controller import features as ft
 from server.controller.broker_config_catalog import BROKER_CONFIG_CATALOG, BrokerConfigFact
 from server.controller.commands import ControllerResult
+from server.controller.partitions import default_directory
 from server.controller.state import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
@@ -148,8 +149,6 @@ TOPIC_CONFIGS: Mapping[str, tuple[ConfigType, str]] = {
 # Kafka's Topic.validate.
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-# DirectoryId.UNASSIGNED: a replica whose log directory is not known yet.
-UNASSIGNED_DIRECTORY = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,15 +262,6 @@ def place_replicas(topic_name: str, num_partitions: int, replication_factor: int
     return [[brokers[(start + p + r) % count] for r in range(replication_factor)] for p in range(num_partitions)]
 
 
-def _default_directory(state: ControllerState, broker_id: int) -> uuid.UUID:
-    # Kafka's ClusterControlManager.defaultDir: a broker with a single log directory gets
-    # it, otherwise the broker assigns one itself later.
-    registration = state.broker(broker_id)
-    if registration is not None and len(registration.log_dirs) == 1:
-        return registration.log_dirs[0]
-    return UNASSIGNED_DIRECTORY
-
-
 def _partition_records(state: ControllerState, topic_id: uuid.UUID,
                        assignments: list[list[int]], first_index: int = 0) -> list[MetadataRecord]:
     mv = state.metadata_version or 0
@@ -292,7 +282,7 @@ def _partition_records(state: ControllerState, topic_id: uuid.UUID,
             "partition_epoch": 0,
         }
         if with_directories:
-            data["directories"] = [_default_directory(state, b) for b in replicas]
+            data["directories"] = [default_directory(state, b) for b in replicas]
         records.append(record(mr.PARTITION_RECORD, data, version=1 if with_directories else 0))
     return records
 

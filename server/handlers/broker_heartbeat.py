@@ -14,5 +14,5 @@ async def handle(ctx, request):
     # An inter-node RPC: never held back by a migration's write-behind (gated=False).
     result = await submit_write(
         services, lambda state, tracker, next_offset, now_ms: commands.broker_heartbeat(
-            state, tracker, request, version, now_ms, config), gated=False)
+            state, tracker, request, version, now_ms, config, next_offset=next_offset), gated=False)
     return result.response

@@ -46,6 +46,7 @@ from server.broker.lifecycle import BrokerLifecycle, BrokerState
 from server.config import ServerConfig
 from server.controller.features import METADATA_VERSION, find_metadata_version, unsupported_finalized_levels
 from server.controller.replayer import Replayer
+from server.controller.state import SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN
 from server.dispatch import Dispatcher
 from server.gating import GATES
 from server.net.peer import PeerAddress, PeerConnection
@@ -239,6 +240,11 @@ class BrokerNode(ServingNode, BrokerServices):
     def _on_commit(self, records, base_offset: int) -> None:
         # Runs in the replay task right after the records were replayed.
         self.metrics.metadata_offset.set(self.state.last_applied_offset)
+        if any(r.name == "BrokerRegistrationChangeRecord" and r.data["broker_id"] != self.config.node_id
+               and r.data["in_controlled_shutdown"] == SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN for r in records):
+            # Another broker is let go once every active broker reports having replayed
+            # its leadership moves: report it now rather than at the next interval.
+            self.lifecycle.heartbeat_soon()
         level = self.state.metadata_version
         previous, self._metadata_version = self._metadata_version, level
         if level is None or previous is None or level == previous:

@@ -36,16 +36,16 @@ def format_node(directory: Path, cluster_id: str, node_id: int, metadata_version
 
 
 class Cluster:
-    def __init__(self, tmp_path: Path, metadata_version_level: int) -> None:
+    def __init__(self, tmp_path: Path, metadata_version_level: int, **controller_changes) -> None:
         self.tmp_path = tmp_path
         self.cluster_id = random_uuid_string()
         self.controller_port = free_port_run(1)
         self.voters = (VoterAddress(1, "127.0.0.1", self.controller_port),)
         format_node(tmp_path / "controller-1", self.cluster_id, 1, metadata_version_level)
-        self.controller = ControllerNode(ServerConfig(
+        self.controller = ControllerNode(replace(ServerConfig(
             node_id=1, listener=Listener("CONTROLLER", "127.0.0.1", self.controller_port),
             metadata_log_dir=tmp_path / "controller-1", quorum_voters=self.voters,
-            broker_session_timeout_ms=3_000))
+            broker_session_timeout_ms=3_000), **controller_changes))
         self.nursery: trio.Nursery | None = None
 
     def broker_config(self, node_id: int, release: str | None, **changes) -> ServerConfig:
@@ -76,8 +76,8 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running_cluster(tmp_path: Path, metadata_version_level: int):
-    cluster = Cluster(tmp_path, metadata_version_level)
+async def running_cluster(tmp_path: Path, metadata_version_level: int, **controller_changes):
+    cluster = Cluster(tmp_path, metadata_version_level, **controller_changes)
     async with trio.open_nursery() as nursery:
         cluster.nursery = nursery
         await nursery.start(cluster.controller.run)

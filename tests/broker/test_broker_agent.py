@@ -132,6 +132,36 @@ async def test_controlled_shutdown_fences_the_broker(tmp_path):
             assert registration.in_controlled_shutdown or registration.fenced
 
 
+async def test_a_broker_in_controlled_shutdown_is_let_go_once_the_other_broker_replayed_its_moves(tmp_path):
+    """The controller lets a broker go only once every active broker reported (in a
+    heartbeat) an offset past the records that moved its leaderships. The other broker
+    here heartbeats once a minute, so the shutdown ends within the test's bound only
+    because a broker that replays another's entry into controlled shutdown reports at once."""
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_7_IV4, broker_session_timeout_ms=120_000) as cluster:
+            async with trio.open_nursery() as nursery:
+                leaving = await cluster.start_broker_in(nursery, 110, None)
+                staying = await cluster.start_broker(111, None, broker_heartbeat_interval_ms=60_000)
+                await leaving.lifecycle.wait_state(BrokerState.RUNNING)
+                await staying.lifecycle.wait_state(BrokerState.RUNNING)
+                async with await KafkaClient.connect("127.0.0.1", cluster.controller_port) as client:
+                    reply = await client.call(19, {"topics": [{
+                        "name": "moves", "num_partitions": 2, "replication_factor": 2, "assignments": [],
+                        "configs": []}], "timeout_ms": 5000, "validate_only": False})
+                    assert reply.topics[0].error_code == ErrorCode.NONE
+                state = cluster.controller.state
+                assert any(p.leader == 110 for p in state.topic("moves").partitions.values())
+                await leaving.shutdown(TIMEOUT_S)
+                assert leaving.lifecycle.state is BrokerState.SHUTTING_DOWN
+                registration = state.broker(110)
+                assert registration.in_controlled_shutdown and registration.fenced
+                assert all(p.leader == 111 for p in state.topic("moves").partitions.values())
+                moved_by = cluster.controller.controller.tracker.controlled_shutdown_offset(110, registration.epoch)
+                assert moved_by is not None
+                assert cluster.controller.controller.tracker.metadata_offset(111, state.broker(111).epoch) >= moved_by
+                nursery.cancel_scope.cancel()
+
+
 async def test_member_restarted_on_a_release_below_the_finalized_level_unregisters_and_stops(tmp_path):
     with trio.fail_after(TIMEOUT_S):
         async with running_cluster(tmp_path, MV_3_6_IV2) as cluster:

@@ -146,7 +146,8 @@ class Cluster:
         if offset is None:
             offset = self.next_offset - 1
         request = heartbeat_request(broker_id, broker_epoch, offset, **kwargs)
-        return self.run(cmd.broker_heartbeat(self.state, self.tracker, request, 1, self.now_ms, self.config))
+        return self.run(cmd.broker_heartbeat(self.state, self.tracker, request, 1, self.now_ms, self.config,
+                                             next_offset=self.next_offset))
 
     def unregister(self, broker_id: int) -> cmd.ControllerResult:
         return self.run(cmd.unregister_broker(self.state, unregister_request(broker_id), 0, self.config))

@@ -157,7 +157,7 @@ def test_heartbeat_unfences_only_once_caught_up():
     assert behind.records == []
     assert behind.response["is_caught_up"] is False
     assert behind.response["is_fenced"] is True
-    assert behind.heartbeat == cmd.HeartbeatUpdate(1, epoch, cluster.now_ms)
+    assert behind.heartbeat == cmd.HeartbeatUpdate(1, epoch, cluster.now_ms, metadata_offset=epoch - 1)
     caught_up = cluster.heartbeat(1, epoch, offset=epoch)
     assert caught_up.records[0].message is mr.BROKER_REGISTRATION_CHANGE_RECORD
     assert caught_up.response == {

@@ -32,7 +32,7 @@ def heartbeat(cluster: Cluster, epoch: int, cordoned: list[uuid.UUID] | None) ->
                       current_metadata_offset=cluster.next_offset - 1, want_fence=False, want_shut_down=False,
                       cordoned_log_dirs=cordoned)
     return cluster.run(cmd.broker_heartbeat(cluster.state, cluster.tracker, request, 2, cluster.now_ms,
-                                            cluster.config))
+                                            cluster.config, next_offset=cluster.next_offset))
 
 
 def change_records(result: cmd.ControllerResult) -> list:

@@ -123,10 +123,38 @@ def test_controlled_shutdown_moves_leaderships_and_lets_the_broker_go_once_it_le
     assert first.records[0].data["in_controlled_shutdown"] == 1
     assert cluster.state.broker(1).in_controlled_shutdown
     assert view(cluster) == {0: (2, (2, 3), 6, 11), 1: (2, (2, 3), 5, 11), 2: (-1, (1,), 6, 11)}
+    shutdown_offset = cluster.next_offset - 1  # the last record that moved its leaderships
+    # Brokers 2 and 3 last reported offsets from before the moves: broker 1 waits for both.
+    waiting = cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
+    assert (waiting.response["is_fenced"], waiting.response["should_shut_down"], waiting.records) == (False, False, [])
+    cluster.heartbeat(2, epoch(cluster, 2), offset=shutdown_offset)
+    cluster.heartbeat(3, epoch(cluster, 3), offset=shutdown_offset - 1)
+    assert not cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True).response["should_shut_down"]
+    cluster.heartbeat(3, epoch(cluster, 3), offset=shutdown_offset)
     second = cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
     assert (second.response["is_fenced"], second.response["should_shut_down"]) == (True, True)
     assert names(second) == ["BrokerRegistrationChangeRecord"]
     assert cluster.state.broker(1).fenced
+
+
+def test_controlled_shutdown_waits_only_for_active_brokers():
+    cluster = cluster_with(THREE_PARTITIONS)
+    cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
+    expire_only(cluster, 2, 3)  # broker 1 heartbeats on (it shuts down), 2 and 3 are fenced
+    assert cluster.state.broker(2).fenced and cluster.state.broker(3).fenced
+    result = cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
+    assert result.response["should_shut_down"]
+
+
+def test_a_controller_that_took_over_mid_shutdown_waits_for_the_log_end():
+    cluster = cluster_with(THREE_PARTITIONS)
+    cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
+    cluster.tracker.activate(cluster.state, cluster.now_ms)  # a new active controller: no offsets known
+    end = cluster.next_offset - 1
+    assert not cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True).response["should_shut_down"]
+    for broker_id in (2, 3):
+        cluster.heartbeat(broker_id, epoch(cluster, broker_id), offset=end)
+    assert cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True).response["should_shut_down"]
 
 
 def test_a_broker_that_leads_nothing_is_let_go_at_once():

@@ -231,7 +231,7 @@ async def test_brokers_without_heartbeats_are_fenced_after_the_session_timeout(t
             request = heartbeat_request(broker_id, epochs[broker_id], node.metadata_log.end_offset)
             return await node.submit(
                 lambda state, tracker, next_offset, now_ms: cmd.broker_heartbeat(
-                    state, tracker, request, 1, now_ms, node_config))
+                    state, tracker, request, 1, now_ms, node_config, next_offset=next_offset))
 
         for broker_id in (1, 2):
             response = (await heartbeat(broker_id)).response

@@ -291,6 +291,11 @@ BENIGN: tuple[Benign, ...] = (
                       r"transiently when the partition is being created or deleted"),
            "a follower learned of a new partition before its leader had created it locally (both brokers replay "
            "the same PartitionRecord at their own pace); Kafka's fetcher retries and says it is transient"),
+    Benign("WARN", "ReplicaFetcherThread", re.compile(r"^\[ReplicaFetcher .*\] Partition \S+ marked as failed$"),
+           "a follower's fetch reached a leader that had already replayed a leader-epoch bump (a leadership move "
+           "on controlled shutdown): Kafka answers FENCED_LEADER_EPOCH, the fetcher logs 'has an older epoch ... "
+           "Will await the new LeaderAndIsr state' at INFO and parks the partition with this WARN until its own "
+           "metadata replay resumes it. Every other path to this WARN logs an ERROR first, which stays a problem"),
 )
 
 

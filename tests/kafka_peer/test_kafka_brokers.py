@@ -1,8 +1,8 @@
 """Real Apache Kafka 4.4.0 brokers on a kraftwerk controller quorum.
 
 Two Kafka brokers (`kafka.Kafka`, process.roles=broker, ids 201 and 202, formatted by
-Kafka's own StorageTool with kraftwerk's cluster id) run against three kraftwerk
-controllers (metadata.version 3.9-IV0 at the start). Kafka's brokers register, heartbeat,
+Kafka's own StorageTool with kraftwerk's cluster id; 202 has two log directories, JBOD)
+run against three kraftwerk controllers (metadata.version 3.9-IV0 at the start). Kafka's brokers register, heartbeat,
 fetch the metadata log as observers and replay every record kraftwerk wrote into their own
 image: a record Kafka cannot replay, or a controller answer it does not expect, shows as
 a failed check here or as a WARN/ERROR line in a broker's log (checked after every test
@@ -15,6 +15,10 @@ Checked, in file order on one shared cluster:
 - a topic created through a kraftwerk controller is served by both brokers;
 - kafka-python produces (acks=all, without and with idempotence) and a consumer group
   reads everything back and commits;
+- the broker with two log directories chooses a directory for each of its new replicas
+  and tells kraftwerk (AssignReplicasToDirs): kraftwerk's image names, per partition, the
+  directory the broker really keeps it in, and the single-directory broker's replicas
+  their one directory from the start;
 - a metadata.version upgrade through kraftwerk (our CLI) reaches both brokers' ApiVersions;
 - kill -9 of kraftwerk's leader: the brokers follow the new leader, a new topic is served,
   the old records are read back, producing still works; the killed controller restarts;
@@ -35,6 +39,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import trio
@@ -47,6 +52,7 @@ from pipeline.schema import RECORD_FIELDS
 from protocol.errors import ErrorCode, error_name
 from server.client import ClientError, KafkaClient
 from server.controller.features import LATEST_PRODUCTION, metadata_version_from_name
+from server.storage.meta_properties import read_meta_properties, uuid_to_string
 
 from .kafka_nodes import (
     STOP_TIMEOUT_S,
@@ -65,6 +71,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CONTROLLER_IDS = (1, 2, 3)
 BROKER_IDS = (201, 202)
+JBOD_BROKER = 202  # log.dirs names two directories: it assigns its replicas itself (KIP-858)
+JBOD_LOG_DIRS = ("data-a", "data-b")
 START_MV = "3.9-IV0"
 UPGRADE_STEPS = ("4.0-IV0", LATEST_PRODUCTION.name)  # through the 4.0 line, then kraftwerk's newest
 MV = "metadata.version"
@@ -151,6 +159,42 @@ def broker_mv(broker: str) -> tuple[int | None, int]:
     """A Kafka broker's finalized metadata.version level and finalized-features epoch."""
     reply = api_versions(broker, timeout_s=PROBE_TIMEOUT_S)
     return finalized_features(reply).get(MV), reply.finalized_features_epoch
+
+
+def partition_directories(controller_dir, topic_id: str) -> dict[int, dict[int, str]]:
+    """Each partition of the topic with id `topic_id` (Kafka's string form) as one kraftwerk
+    controller's metadata log and snapshots leave it: partition -> {replica: its log
+    directory id}. PartitionRecord starts a partition; a PartitionChangeRecord naming
+    Replicas or Directories replaces them (records are applied in offset order)."""
+    rows = []
+    for row in read_fleet(controller_dir):
+        record = dict(zip(RECORD_FIELDS, row))
+        if record["error"] is None and record["record_type"] in ("PartitionRecord", "PartitionChangeRecord"):
+            fields = json.loads(record["fields_json"])
+            if fields["topic_id"] == topic_id:
+                rows.append((record["offset"], record["record_type"], fields))
+    replicas: dict[int, list[int]] = {}
+    directories: dict[int, list[str]] = {}
+    for _, record_type, fields in sorted(rows, key=lambda row: row[0]):
+        index = fields["partition_id"]
+        if record_type == "PartitionRecord":
+            replicas[index], directories[index] = fields["replicas"], fields["directories"]
+            continue
+        if fields.get("replicas") is not None:
+            replicas[index] = fields["replicas"]
+        if fields.get("directories"):
+            directories[index] = fields["directories"]
+    return {index: dict(zip(replicas[index], directories[index])) for index in replicas}
+
+
+def broker_directories(node: KafkaNode) -> dict[str, Path]:
+    """A Kafka broker's log directories by directory id (each one's meta.properties)."""
+    found = {}
+    for path in node.config.properties()["log.dirs"].split(","):
+        meta = read_meta_properties(path)
+        assert meta is not None and meta.directory_id is not None, path
+        found[meta.directory_id] = Path(path)
+    return found
 
 
 def latest_registrations(controller_dir) -> dict[int, dict]:
@@ -244,7 +288,11 @@ def peers(tmp_path_factory):
         kraftwerk.wait_bootstrapped()
         voters = quorum_voters((spec.node_id, spec.address) for spec in kraftwerk.controllers)
         for broker_id in BROKER_IDS:
-            config = KafkaNodeConfig(broker_id, lc.free_port_run(1), work / f"kafka-{broker_id}", voters)
+            directory = work / f"kafka-{broker_id}"
+            extra = {}
+            if broker_id == JBOD_BROKER:
+                extra["log.dirs"] = ",".join(str(directory / name) for name in JBOD_LOG_DIRS)
+            config = KafkaNodeConfig(broker_id, lc.free_port_run(1), directory, voters, extra=extra)
             brokers[broker_id] = node = KafkaNode(config)
             node.format(kraftwerk.cluster_id)
         # Both JVMs start together: their start-ups overlap on the two cores.
@@ -392,6 +440,42 @@ def test_idempotent_producer(peers):
 
     read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
     assert sorted(read) == sorted(values)  # exactly once each: no duplicate from a retry
+    assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
+
+
+def test_a_broker_with_two_log_dirs_assigns_its_replicas_to_them(peers):
+    jbod = peers.brokers[JBOD_BROKER]
+    (single,) = (node for broker_id, node in peers.brokers.items() if broker_id != JBOD_BROKER)
+    jbod_dirs = broker_directories(jbod)
+    assert len(jbod_dirs) == len(JBOD_LOG_DIRS)
+    (single_dir,) = broker_directories(single)
+
+    topic = peers.unique("jbod")
+    topic_id = uuid_to_string(peers.create_topic(topic))
+    peers.wait_served(topic)
+
+    # Where the JBOD broker keeps each partition: Kafka's <topic>-<partition> folder.
+    def placed() -> dict[int, list[str]]:
+        return {p: [d for d, path in jbod_dirs.items() if (path / f"{topic}-{p}").is_dir()]
+                for p in range(PARTITIONS)}
+    placement = poll(f"Kafka broker {JBOD_BROKER} to keep every partition of {topic} in one of its directories",
+                     placed, lambda seen: all(len(dirs) == 1 for dirs in seen.values()))
+    expected = {p: {JBOD_BROKER: dirs[0], single.node_id: single_dir} for p, dirs in placement.items()}
+
+    # Every controller's image (its metadata log) names those directories: kraftwerk gave
+    # the single-directory broker its directory at creation, and took the JBOD broker's
+    # choices from its AssignReplicasToDirs.
+    for controller in peers.live_controllers():
+        spec = peers.kraftwerk.spec(controller)
+        poll(f"controller {controller}'s image to name the real log directories of {topic}'s replicas",
+             lambda spec=spec: partition_directories(spec.metadata_dir, topic_id),
+             lambda seen: seen == expected)
+
+    values = payloads(topic, RECORDS)
+    per_partition = produce(peers, topic, values, enable_idempotence=False)
+    assert sum(per_partition.values()) == RECORDS
+    read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
+    assert sorted(read) == sorted(values)
     assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
 
 

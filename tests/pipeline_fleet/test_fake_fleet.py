@@ -188,8 +188,10 @@ def test_direct_requests_give_the_records_decoded_ones_give():
         for offset, item in enumerate(direct.records, start=10):
             state.replay(item, offset)
         hb = ff.heartbeat_fields(4, 10, 10)
-        direct = cmd.broker_heartbeat(state, tracker, hb, 1, 2000, config)
-        decoded = cmd.broker_heartbeat(state, tracker, ff.decoded_request(broker_heartbeat.REQUEST, 1, hb), 1, 2000, config)
+        next_offset = 10 + len(direct.records)
+        direct = cmd.broker_heartbeat(state, tracker, hb, 1, 2000, config, next_offset=next_offset)
+        decoded = cmd.broker_heartbeat(state, tracker, ff.decoded_request(broker_heartbeat.REQUEST, 1, hb), 1, 2000, config,
+                                       next_offset=next_offset)
         assert direct.response == decoded.response and len(direct.records) == 1
         assert encode_metadata_record(direct.records[0]) == encode_metadata_record(decoded.records[0])
 

@@ -136,6 +136,7 @@ NOT_IN_KAFKA_PYTHON = {
     67: NO_DECLARATION,  # AllocateProducerIds
     56: NO_DECLARATION,  # AlterPartition
     70: NO_DECLARATION,  # ControllerRegistration
+    73: NO_DECLARATION,  # AssignReplicasToDirs
     80: NO_DECLARATION,  # AddRaftVoter
     81: NO_DECLARATION,  # RemoveRaftVoter
     82: NO_DECLARATION,  # UpdateRaftVoter
