@@ -898,6 +898,11 @@ class RaftDriver:
             _log.info(_ROLE_EVENTS[change.role], node_id=self.config.node_id, epoch=change.epoch,
                       leader_id=change.leader_id, log_end_offset=self.storage.end_offset,
                       high_watermark=self._high_watermark)
+            leader_peer = self._peers.get(change.leader_id) if change.leader_id is not None else None
+            if leader_peer is not None:
+                # A leader just named is up: a connection to it still backing off (it
+                # restarted since) reconnects now rather than failing the first fetches.
+                leader_peer.note_alive()
         role = ready.role_change is not None or ready.quorum_state is not None
         if self.leader_ready != self._leader_ready_seen:
             self._leader_ready_seen = not self._leader_ready_seen
