@@ -733,6 +733,10 @@ def _wait_for_interrupt(processes) -> None:
 
     A controller that dies (or is killed to try a failover) is reported once; the
     others keep running, as they would in a real cluster."""
+    # Ctrl-C (or `kill -INT`) and SIGTERM both stop it: a shell that starts this command in
+    # the background leaves SIGINT ignored, and `docker stop`, systemd and CI send SIGTERM.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     print("Press Ctrl-C to stop.", flush=True)
     reported: set[int] = set()
     try:
