@@ -284,3 +284,25 @@ def api_versions_round_trip(sock: socket.socket, correlation_id: int) -> None:
     assert got_id == correlation_id
     assert body.error_code == 0
     assert {k.api_key for k in body.api_keys} >= {18, 3, 57, 60}
+
+
+def kill_processes_under(directory: Path) -> list[int]:
+    """SIGKILL every process whose command line names `directory` (the nodes and the
+    ZooKeeper a `cluster up` started run in sessions of their own and outlive it when
+    it is killed); returns their pids. For teardown after a failure."""
+    needle = str(directory).encode()
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed

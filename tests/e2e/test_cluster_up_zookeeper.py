@@ -20,6 +20,8 @@ from cli.main import build_parser
 from cli.local_cluster import free_port_run, run_cli
 from server.zk.process import port_is_free, zookeeper_missing
 
+from .helpers import kill_processes_under
+
 pytestmark = pytest.mark.e2e
 
 UP_TIMEOUT_S = 240
@@ -165,5 +167,6 @@ def test_following_the_printed_steps_moves_a_broker_to_kraft_mode(tmp_path):
             if process is not None and process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=30)
+        kill_processes_under(work)
         log.close()
         broker_log.close()
