@@ -240,20 +240,45 @@ class Forwarder:
         (see the module docstring); at once on the leader itself. A node that knows no
         live leader first waits for one."""
         await self.wait_live_leader(self._leader_wait_s)
-        leader = self._driver.leader_id
-        if leader is None or leader == self._node_id:
-            return
-        peer = self._leader_peer(leader)
-        if peer is None:
-            return
         # A connection being re-established (the leader restarted, or was elected after
         # this node's connection to it broke) is waited for within the bound: skipping
         # the barrier then would answer from an image that misses acknowledged writes.
+        # A leader that dies meanwhile is not waited for: the next one is asked.
         with trio.move_on_after(READ_BARRIER_TIMEOUT_S):
-            try:
-                answer = await peer.request(ApiKey.API_VERSIONS, BARRIER_CLIENT, READ_BARRIER_TIMEOUT_S, version=3)
-            except (PeerUnavailable, trio.TooSlowError):
-                return
+            while True:
+                leader = self._driver.leader_id
+                if leader is None or leader == self._node_id:
+                    return
+                peer = self._leader_peer(leader)
+                if peer is None:
+                    return
+                answer = await self._ask_unless_leader_changes(peer, leader)
+                if answer is not None:
+                    break
+                if self._driver.leader_id == leader:
+                    return
             offset = answer.finalized_features_epoch
             if answer.error_code == ErrorCode.NONE and offset is not None and offset >= 0:
                 await self._replayer.wait_replayed(offset + 1)
+
+    async def _ask_unless_leader_changes(self, peer: PeerConnection, leader: int):
+        """The barrier's ApiVersions answer from `leader`, or None once the Raft driver
+        names another leader or the exchange fails."""
+        answer = None
+
+        async def ask(scope: trio.CancelScope) -> None:
+            nonlocal answer
+            try:
+                answer = await peer.request(ApiKey.API_VERSIONS, BARRIER_CLIENT, READ_BARRIER_TIMEOUT_S, version=3)
+            except (PeerUnavailable, trio.TooSlowError):
+                pass
+            scope.cancel()
+
+        async def leader_changed(scope: trio.CancelScope) -> None:
+            await self._wait_leader_change(leader, READ_BARRIER_TIMEOUT_S)
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask, nursery.cancel_scope)
+            nursery.start_soon(leader_changed, nursery.cancel_scope)
+        return answer
