@@ -16,10 +16,16 @@ Rules kept here:
 - All-or-nothing per topic / per resource, as Kafka's controller does: each entry gets
   its own error code, the entries that pass are written, the others write nothing.
   Everything a request writes goes out as one atomic batch.
-- Placement is round-robin over the unfenced brokers (sorted by id), starting at an
-  index derived from the topic name with CRC-32 (stable across processes, unlike
-  `hash()`), so the same request against the same image places the same way.
-  Explicit assignments are honoured as given.
+- Replicas go to Kafka's usable brokers: registered, with a log directory that is not
+  cordoned, and not unfenced in controlled shutdown; fenced ones included. Placement is round-robin
+  over the unfenced ones (sorted by id), starting at an index derived from the topic
+  name with CRC-32 (stable across processes, unlike `hash()`), so the same request
+  against the same image places the same way. When a partition needs more replicas
+  than there are unfenced brokers, it takes every unfenced one (the first, its leader,
+  in the same rotation) and then fenced ones, as Kafka's StripedReplicaPlacer does; a
+  new partition's ISR is its active replicas and it is led by the first of them.
+  Explicit assignments are honoured as given, fenced brokers included, as long as one
+  replica of each partition is active.
 - Error codes and messages follow Kafka's controller (ReplicationControlManager,
   ConfigurationControlManager) where kraftwerk has the same notion.
 
@@ -44,7 +50,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from protocol import metadata_records as mr
 from protocol.errors import ErrorCode
@@ -52,7 +58,7 @@ from protocol.records import MetadataRecord, record
 from server.controller import features as ft
 from server.controller.broker_config_catalog import BROKER_CONFIG_CATALOG, BrokerConfigFact
 from server.controller.commands import ControllerResult
-from server.controller.partitions import default_directory
+from server.controller.partitions import default_directory, is_active
 from server.controller.state import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
@@ -233,43 +239,88 @@ def _split_list(value: str | None) -> list[str]:
 # ---------------------------------------------------------------------------
 
 
-def usable_brokers(state: ControllerState) -> list[int]:
-    """Brokers new replicas may go to: registered, unfenced and not shutting down, by id."""
-    return [b for b in sorted(state.brokers)
-            if not state.brokers[b].fenced and not state.brokers[b].in_controlled_shutdown]
+@dataclass(frozen=True, slots=True)
+class UsableBrokers:
+    """The brokers new replicas may go to (Kafka's ClusterControlManager.usableBrokers),
+    split by fencing because placement takes fenced ones only when the unfenced ones run
+    out; each tuple sorted by id."""
+
+    unfenced: tuple[int, ...]
+    fenced: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.unfenced) + len(self.fenced)
 
 
-def _unplaceable(replication_factor: int, brokers: list[int]) -> str:
-    """Kafka 4.4's StripedReplicaPlacer refusal: no usable broker at all is checked
-    first, then too few of them (its wording names cordoned log directories, which
-    kraftwerk does not have)."""
+def has_uncordoned_log_dir(state: ControllerState, broker_id: int) -> bool:
+    """Kafka's BrokerRegistration.hasUncordonedDirs: a broker that registered no log
+    directories, or whose heartbeats never named cordoned ones, counts as having one."""
+    registration = state.broker(broker_id)
+    if registration is None:
+        return False
+    if not registration.log_dirs or registration.cordoned_log_dirs is None:
+        return True
+    return bool(set(registration.log_dirs) - set(registration.cordoned_log_dirs))
+
+
+def usable_brokers(state: ControllerState) -> UsableBrokers:
+    """Registered brokers with a log directory not cordoned, but for unfenced ones in
+    controlled shutdown. Fenced brokers are usable: Kafka places replicas on them when
+    too few brokers are unfenced, so a topic can be created while a broker restarts.
+    A fenced broker counts as fenced even if it was shutting down (one that finished its
+    controlled shutdown keeps the flag until it registers again): Kafka's heartbeat
+    manager forgets the shutdown of every broker it records as fenced."""
+    def shutting_down(broker_id: int) -> bool:
+        registration = state.brokers[broker_id]
+        return registration.in_controlled_shutdown and not registration.fenced
+
+    usable = [b for b in sorted(state.brokers) if not shutting_down(b) and has_uncordoned_log_dir(state, b)]
+    return UsableBrokers(unfenced=tuple(b for b in usable if not state.brokers[b].fenced),
+                         fenced=tuple(b for b in usable if state.brokers[b].fenced))
+
+
+def _unplaceable(replication_factor: int, brokers: UsableBrokers) -> str | None:
+    """Kafka 4.4's StripedReplicaPlacer refusal, or None when the replicas can be placed:
+    no unfenced broker at all is checked first (a partition's leader must be unfenced),
+    then too few usable brokers, fenced ones counted."""
     prefix = f"Unable to replicate the partition {replication_factor} time(s): "
-    if not brokers:
+    if replication_factor <= 0:
+        return prefix + f"Invalid replication factor {replication_factor}: the replication factor must be positive."
+    if not brokers.unfenced:
         return prefix + "All brokers are currently fenced, or have all their log directories cordoned."
-    return (prefix + f"The target replication factor of {replication_factor} cannot be reached because only "
-            f"{len(brokers)} broker(s) are registered or some brokers have all their log directories cordoned.")
+    if replication_factor > len(brokers):
+        return (prefix + f"The target replication factor of {replication_factor} cannot be reached because "
+                f"only {len(brokers)} broker(s) are registered or some brokers have all their log "
+                "directories cordoned.")
+    return None
 
 
 def place_replicas(topic_name: str, num_partitions: int, replication_factor: int,
-                   brokers: list[int]) -> list[list[int]]:
-    """Round-robin placement: partition p's replicas are `replication_factor` consecutive
-    brokers from index (start + p), wrapping; start = CRC-32 of the name. Leaders (the
-    first replica) are spread evenly and no partition has a broker twice."""
-    if replication_factor > len(brokers):
-        raise ValueError(f"replication factor {replication_factor} > {len(brokers)} brokers")
-    count = len(brokers)
-    start = zlib.crc32(topic_name.encode()) % count if count else 0
-    return [[brokers[(start + p + r) % count] for r in range(replication_factor)] for p in range(num_partitions)]
+                   brokers: Sequence[int], fenced: Sequence[int] = ()) -> list[list[int]]:
+    """Round-robin placement over the unfenced `brokers`: partition p's replicas are
+    `replication_factor` consecutive brokers from index (start + p), wrapping; start =
+    CRC-32 of the name. Leaders (the first replica) are spread evenly and no partition
+    has a broker twice. With fewer unfenced brokers than the replication factor, each
+    partition takes all of them in that order (so its leader is unfenced) and then the
+    missing replicas from `fenced`, rotated the same way."""
+    if not brokers or replication_factor > len(brokers) + len(fenced):
+        raise ValueError(f"replication factor {replication_factor} > {len(brokers)} unfenced "
+                         f"+ {len(fenced)} fenced brokers, or no unfenced broker")
+    start = zlib.crc32(topic_name.encode())
+    from_unfenced = min(replication_factor, len(brokers))
+    from_fenced = replication_factor - from_unfenced
+    return [[brokers[(start + p + r) % len(brokers)] for r in range(from_unfenced)]
+            + [fenced[(start + p + r) % len(fenced)] for r in range(from_fenced)]
+            for p in range(num_partitions)]
 
 
 def _partition_records(state: ControllerState, topic_id: uuid.UUID,
                        assignments: list[list[int]], first_index: int = 0) -> list[MetadataRecord]:
     mv = state.metadata_version or 0
     with_directories = ft.directory_assignment_supported(mv)
-    usable = set(usable_brokers(state))
     records = []
     for index, replicas in enumerate(assignments, start=first_index):
-        isr = [b for b in replicas if b in usable]
+        isr = [b for b in replicas if is_active(state, b)]
         data = {
             "partition_id": index,
             "topic_id": topic_id,
@@ -323,9 +374,10 @@ def create_topics(
     Per topic, in Kafka's order: duplicate in the request (INVALID_REQUEST), illegal
     name (INVALID_TOPIC_EXCEPTION), already exists or collides (TOPIC_ALREADY_EXISTS /
     INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG), then the assignment: explicit
-    (INVALID_REPLICA_ASSIGNMENT) or automatic (INVALID_PARTITIONS,
-    INVALID_REPLICATION_FACTOR). Records: TopicRecord, PartitionRecords (leader = first
-    in-sync replica, ISR = the replicas on usable brokers), ConfigRecords.
+    (INVALID_REPLICA_ASSIGNMENT) or automatic (INVALID_REPLICATION_FACTOR,
+    INVALID_PARTITIONS, then the placer's INVALID_REPLICATION_FACTOR). Records:
+    TopicRecord, PartitionRecords (ISR = the active replicas, leader = the first of
+    them), ConfigRecords.
     """
     topics = list(_field(request, "topics", []))
     validate_only = bool(_field(request, "validate_only", False)) if api_version >= 1 else False
@@ -379,18 +431,23 @@ def _create_one(state, topic, name, existing, taken, brokers, new_topic_id, defa
     num_partitions = _field(topic, "num_partitions", -1)
     replication_factor = _field(topic, "replication_factor", -1)
     if assignments_requested:
+        if replication_factor != -1:
+            return _create_error(name, ErrorCode.INVALID_REQUEST,
+                                 "A manual partition assignment was specified, but replication factor "
+                                 "was not set to -1."), []
         if num_partitions != -1:
             return _create_error(name, ErrorCode.INVALID_REQUEST,
                                  "A manual partition assignment was specified, but numPartitions "
-                                 "was not set to -1."), []
-        if replication_factor != -1:
-            return _create_error(name, ErrorCode.INVALID_REQUEST,
-                                 "A manual partition assignment was specified, but replicationFactor "
                                  "was not set to -1."), []
         assignments, error = _manual_assignments(state, assignments_requested)
         if error is not None:
             return _create_error(name, TopicErrorCode.INVALID_REPLICA_ASSIGNMENT, error), []
     else:
+        # Kafka's order: the requested factor, the requested count, then the placer (on
+        # the values after the defaults are applied).
+        if replication_factor < -1 or replication_factor == 0:
+            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "Replication factor must be larger than 0, or -1 to use the default value."), []
         if num_partitions == -1:
             num_partitions = defaults.num_partitions
         if replication_factor == -1:
@@ -398,13 +455,10 @@ def _create_one(state, topic, name, existing, taken, brokers, new_topic_id, defa
         if num_partitions <= 0:
             return _create_error(name, TopicErrorCode.INVALID_PARTITIONS,
                                  "Number of partitions was set to an invalid non-positive value."), []
-        if replication_factor <= 0:
-            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
-                                 "Replication factor must be larger than 0, or -1 to use the default value."), []
-        if replication_factor > len(brokers):
-            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR,
-                                 _unplaceable(replication_factor, brokers)), []
-        assignments = place_replicas(name, num_partitions, replication_factor, brokers)
+        error = _unplaceable(replication_factor, brokers)
+        if error is not None:
+            return _create_error(name, TopicErrorCode.INVALID_REPLICATION_FACTOR, error), []
+        assignments = place_replicas(name, num_partitions, replication_factor, brokers.unfenced, brokers.fenced)
 
     topic_id = new_topic_id()
     records = [record(mr.TOPIC_RECORD, {"name": name, "topic_id": topic_id}, version=0)]
@@ -433,8 +487,10 @@ def _manual_assignments(state: ControllerState, requested: list) -> tuple[list[l
 
 
 def _replica_lists_error(state: ControllerState, assignments: list[list[int]], first_index: int) -> str | None:
-    """Kafka's checks of manual replica lists (numbered from `first_index`), or None."""
-    usable = set(usable_brokers(state))
+    """Kafka's checks of manual replica lists (numbered from `first_index`), or None.
+    Fenced brokers may be named (they join the ISR once unfenced); a broker whose log
+    directories are all cordoned may not, and one replica of each partition must be
+    active to lead it."""
     for index, replicas in enumerate(assignments, start=first_index):
         if not replicas:
             return f"The manual partition assignment includes an empty replica list for partition {index}."
@@ -447,7 +503,10 @@ def _replica_lists_error(state: ControllerState, assignments: list[list[int]], f
             if state.broker(broker_id) is None:
                 return (f"The manual partition assignment includes broker {broker_id}, but no such "
                         "broker is registered.")
-        if not any(b in usable for b in replicas):
+            if not has_uncordoned_log_dir(state, broker_id):
+                return (f"The manual partition assignment includes broker {broker_id}, but all its log "
+                        "directories are cordoned.")
+        if not any(is_active(state, b) for b in replicas):
             return (f"All brokers specified in the manual partition assignment for partition {index} "
                     "are fenced or in controlled shutdown.")
         if len(replicas) != len(assignments[0]):
@@ -524,7 +583,7 @@ def _partitions_error(name: str, code: int, message: str) -> dict[str, Any]:
 
 
 def _create_partitions_one(state: ControllerState, topic: Any, name: str,
-                           brokers: list[int]) -> tuple[int, str | None, list[MetadataRecord]]:
+                           brokers: UsableBrokers) -> tuple[int, str | None, list[MetadataRecord]]:
     image = state.topic(name)
     if image is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.", []
@@ -556,10 +615,11 @@ def _create_partitions_one(state: ControllerState, topic: Any, name: str,
         if error is not None:
             return TopicErrorCode.INVALID_REPLICA_ASSIGNMENT, error, []
     else:
-        if replication_factor > len(brokers):
-            return TopicErrorCode.INVALID_REPLICATION_FACTOR, _unplaceable(replication_factor, brokers), []
+        unplaceable = _unplaceable(replication_factor, brokers)
+        if unplaceable is not None:
+            return TopicErrorCode.INVALID_REPLICATION_FACTOR, unplaceable, []
         # The same round robin CreateTopics uses, continued from the existing partitions.
-        assignments = place_replicas(name, count, replication_factor, brokers)[current:]
+        assignments = place_replicas(name, count, replication_factor, brokers.unfenced, brokers.fenced)[current:]
     return 0, None, _partition_records(state, image.topic_id, assignments, first_index=current)
 
 

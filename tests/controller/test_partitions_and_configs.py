@@ -104,7 +104,13 @@ def test_replication_factor_above_usable_brokers():
     cluster = cluster_with_brokers(3, fenced=(3,))
     cluster.create(topic("t", assignments=[[1, 2, 3]]))
     assert len(cluster.state.topic("t").partitions) == 1
+    # A fenced broker fills in when the unfenced ones run out; an unfenced one leads.
     _, errors = grow(cluster, ("t", 2, None))
+    assert errors == {"t": (0, None)}
+    added = cluster.state.topic("t").partitions[1]
+    assert added.replicas[2] == 3 and added.leader == added.replicas[0] and added.isr == added.replicas[:2]
+    cluster.unregister(3)
+    _, errors = grow(cluster, ("t", 3, None))
     assert errors["t"][0] == TopicErrorCode.INVALID_REPLICATION_FACTOR
     assert "only 2 broker(s) are registered" in errors["t"][1]
 

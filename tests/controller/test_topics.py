@@ -77,7 +77,8 @@ def cluster_with_brokers(count: int = 3, fenced: tuple[int, ...] = (), mv_level:
         epoch = cluster.register(broker_id, uuid.UUID(int=broker_id)).response["broker_epoch"]
         if broker_id not in fenced:
             cluster.heartbeat(broker_id, epoch)
-    assert sorted(tp.usable_brokers(cluster.state)) == [b for b in range(1, count + 1) if b not in fenced]
+    assert tp.usable_brokers(cluster.state) == tp.UsableBrokers(
+        unfenced=tuple(b for b in range(1, count + 1) if b not in fenced), fenced=tuple(sorted(fenced)))
     return cluster
 
 
@@ -216,11 +217,17 @@ def test_assignments_with_counts_set_are_invalid_requests():
 
 
 def test_replication_factor_above_unfenced_brokers():
+    # Kafka places on a fenced broker when the unfenced ones run out (tests in
+    # test_replica_placement.py); only fewer registered brokers than replicas refuses.
     cluster = cluster_with_brokers(3, fenced=(2,))
-    entry = only(cluster.create(topic("wide", 1, 3)))
+    assert only(cluster.create(topic("wide", 1, 3)))["error_code"] == 0
+    partition = cluster.state.topics()["wide"].partitions[0]
+    assert partition.replicas[2] == 2 and set(partition.isr) == {1, 3}
+    assert partition.isr == partition.replicas[:2] and partition.leader == partition.replicas[0]
+    entry = only(cluster.create(topic("wider", 1, 4)))
     assert entry["error_code"] == TopicErrorCode.INVALID_REPLICATION_FACTOR
-    assert "only 2 broker(s) are registered" in entry["error_message"]
-    assert cluster.state.topics() == {}
+    assert "only 3 broker(s) are registered" in entry["error_message"]
+    assert sorted(cluster.state.topics()) == ["wide"]
 
 
 def test_no_brokers_at_all():
@@ -238,6 +245,18 @@ def test_no_brokers_at_all():
 def test_bad_counts(partitions, rf, code):
     cluster = cluster_with_brokers(1)
     assert only(cluster.create(topic("t", partitions, rf)))["error_code"] == code
+
+
+def test_counts_are_checked_in_kafkas_order():
+    cluster = cluster_with_brokers(1)
+    # The replication factor before the partition count.
+    assert only(cluster.create(topic("t", 0, 0)))["error_code"] == TopicErrorCode.INVALID_REPLICATION_FACTOR
+    assert only(cluster.create(topic("t", 0, 1)))["error_code"] == TopicErrorCode.INVALID_PARTITIONS
+    # With a manual assignment, a replication factor other than -1 is named first.
+    entry = only(cluster.create({**topic("t", assignments=[(1,)]), "num_partitions": 1, "replication_factor": 1}))
+    assert (entry["error_code"], entry["error_message"]) == (
+        ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but replication factor was not "
+                                   "set to -1.")
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "bad/name", "ümlaut"])

@@ -415,17 +415,22 @@ def test_topic_created_through_kraftwerk_is_served_by_both_brokers(peers):
     assert {leader for leader, _, _ in views[BROKER_IDS[0]].values()} == set(BROKER_IDS)
 
 
+def produce_and_consume_all(peers: Peers, topic: str, **config) -> None:
+    """RECORDS values produced to `topic` are read back by a consumer group exactly once
+    each, and the group commits every partition's end."""
+    values = payloads(topic, RECORDS)
+    per_partition = produce(peers, topic, values, **config)
+    assert sum(per_partition.values()) == RECORDS
+    read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
+    assert sorted(read) == sorted(values)  # exactly once each: no duplicate from a retry
+    assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
+
+
 def test_produce_and_consume_group_without_idempotence(peers):
     topic = peers.unique("plain")
     peers.create_topic(topic)
     peers.wait_served(topic)
-    values = payloads(topic, RECORDS)
-    per_partition = produce(peers, topic, values, enable_idempotence=False)
-    assert sum(per_partition.values()) == RECORDS
-
-    read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
-    assert sorted(read) == sorted(values)
-    assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
+    produce_and_consume_all(peers, topic, enable_idempotence=False)
 
 
 def test_idempotent_producer(peers):
@@ -434,13 +439,7 @@ def test_idempotent_producer(peers):
     topic = peers.unique("idempotent")
     peers.create_topic(topic)
     peers.wait_served(topic)
-    values = payloads(topic, RECORDS)
-    per_partition = produce(peers, topic, values)
-    assert sum(per_partition.values()) == RECORDS
-
-    read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
-    assert sorted(read) == sorted(values)  # exactly once each: no duplicate from a retry
-    assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
+    produce_and_consume_all(peers, topic)
 
 
 def test_a_broker_with_two_log_dirs_assigns_its_replicas_to_them(peers):
@@ -470,13 +469,7 @@ def test_a_broker_with_two_log_dirs_assigns_its_replicas_to_them(peers):
         poll(f"controller {controller}'s image to name the real log directories of {topic}'s replicas",
              lambda spec=spec: partition_directories(spec.metadata_dir, topic_id),
              lambda seen: seen == expected)
-
-    values = payloads(topic, RECORDS)
-    per_partition = produce(peers, topic, values, enable_idempotence=False)
-    assert sum(per_partition.values()) == RECORDS
-    read, committed = consume_all(peers, topic, RECORDS, group=f"{topic}-group")
-    assert sorted(read) == sorted(values)
-    assert committed == {p: per_partition.get(p, 0) for p in range(PARTITIONS)}
+    produce_and_consume_all(peers, topic, enable_idempotence=False)
 
 
 def test_metadata_version_upgrade_reaches_the_brokers(peers):
