@@ -4,8 +4,10 @@ Owns: argument parsing and output for
   kraftwerk controller --config FILE            run a controller
   kraftwerk storage format|random-uuid          prepare a metadata directory
   kraftwerk storage recover                     truncate a damaged metadata log
-  kraftwerk features describe|upgrade|downgrade|disable   like kafka-features.sh
+  kraftwerk features describe|upgrade|downgrade|disable|version-mapping|feature-dependencies
+                                                like kafka-features.sh (cli/release_tools.py)
   kraftwerk metadata-quorum describe            like kafka-metadata-quorum.sh
+  kraftwerk dump-log|metadata-shell             the metadata log read offline (cli/metadata_tools.py)
   kraftwerk demo                                a local controller plus an upgrade story
 
 Exit codes scripts can trust: 0 success, 1 the operation failed (the message
@@ -38,7 +40,9 @@ from cli.local_cluster import (
     LocalClusterError,
     SecureLocalCluster,
 )
+from cli.metadata_tools import add_parsers as add_metadata_tool_parsers
 from cli.migration_story import MigrationCluster, MigrationStoryError
+from cli.release_tools import add_feature_subcommands, format_feature_levels, release_version_updates
 from cli.upgrade_story import LocalCluster, StoryError, UpgradeStory
 from cli.zk_broker import add_arguments as add_zk_broker_arguments
 from cli.zk_broker import run as run_zk_broker
@@ -48,7 +52,6 @@ from server.client import ClientError, KafkaClient
 from server.config import load_config, load_properties
 from server.controller.commands import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE, bootstrap_records
 from server.controller.features import (
-    LATEST_PRODUCTION,
     find_metadata_version,
     metadata_version_from_level,
     metadata_version_from_name,
@@ -275,9 +278,12 @@ def cmd_storage_format(args) -> int:
     except ValueError as exc:
         raise CommandError(f"--cluster-id {args.cluster_id!r} is not a Kafka uuid ({exc}); "
                            "get one with `kraftwerk storage random-uuid`") from None
-    level = _parse_metadata_version(args.metadata_version) if args.metadata_version else LATEST_PRODUCTION.level
     try:
-        records = bootstrap_records(level, _parse_feature_levels(args.feature))
+        # Kafka's Formatter rules and texts (KIP-1022): the release, the features' levels
+        # and their dependencies.
+        level, feature_levels = format_feature_levels(
+            args.metadata_version, args.feature, unstable_enabled=config.unstable_feature_versions_enable)
+        records = bootstrap_records(level, feature_levels)
         # SCRAM users of the new cluster (Kafka's --add-scram): UserScramCredentialRecords
         # after the feature levels, replayed with them by the first leader.
         records += bootstrap_scram_records(args.add_scram, level)
@@ -522,6 +528,14 @@ async def update_features(args, operation: str) -> tuple[list[str], bool]:
             if name in updates:
                 raise CommandError(f"feature {name} given twice")
             updates[name] = level
+    if getattr(args, "release_version", None):
+        if updates:
+            raise CommandError("Can not specify `release-version` with other feature flags.")
+        try:
+            updates = release_version_updates(args.release_version, UPGRADE if operation == "upgrade" else
+                                              SAFE_DOWNGRADE)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
     if not updates:
         raise CommandError("nothing to do: give --metadata VERSION and/or --feature name=level")
     if operation == "upgrade":
@@ -550,7 +564,9 @@ async def update_features(args, operation: str) -> tuple[list[str], bool]:
         shown = _mv_name(level) if name == "metadata.version" else str(level)
         if code != 0:
             failed += 1
-            lines.append(f"Could not {operation} {name} to {shown}. {message}")
+            # Kafka's FeatureCommand words: "Can not" for a dry run, and "disable X" has no level.
+            what = f"disable {name}" if operation == "disable" else f"{operation} {name} to {shown}"
+            lines.append(f"{'Can not' if args.dry_run else 'Could not'} {what}. {message}")
         elif operation == "disable":
             lines.append(f"{name} can be disabled." if args.dry_run else f"{name} was disabled.")
         else:
@@ -1138,6 +1154,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_bootstrap(op)
         if name != "disable":
             op.add_argument("--metadata", help="metadata.version name (3.7-IV4) or level")
+            op.add_argument("--release-version", metavar="R",
+                            help="every feature at the level release R implies (3.9 or 3.9-IV0; see "
+                                 "`features version-mapping`)")
             op.add_argument("--feature", action="append", metavar="NAME=LEVEL")
         else:
             op.add_argument("--feature", action="append", metavar="NAME", required=True)
@@ -1145,6 +1164,7 @@ def build_parser() -> argparse.ArgumentParser:
             op.add_argument("--unsafe", action="store_true", help="allow a downgrade that may lose metadata")
         op.add_argument("--dry-run", action="store_true", help="validate only; change nothing")
     features.set_defaults(func=cmd_features)
+    add_feature_subcommands(features_sub)
 
     quorum = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
     quorum_sub = quorum.add_subparsers(dest="quorum_command", required=True)
@@ -1211,6 +1231,9 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--out", required=True)
     fake.add_argument("--seed", type=int, default=1)
     pipeline.set_defaults(func=cmd_pipeline)
+
+    # dump-log and metadata-shell: the metadata log read offline (cli/metadata_tools.py).
+    add_metadata_tool_parsers(sub)
 
     demo = sub.add_parser("demo", help="start a local controller and walk through an upgrade")
     demo.add_argument("--dir", default="var/demo")

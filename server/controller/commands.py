@@ -207,9 +207,19 @@ def _check_feature_update(
         return _invalid_update_version(feature, level, "Can't downgrade to a newer version."), None
 
     if feature == METADATA_VERSION:
-        return _check_metadata_version_update(current, level, upgrade_type)
+        return _check_metadata_version_update(current, level, upgrade_type, proposed)
 
+    if feature != KRAFT_VERSION:
+        # Kafka's Feature.featureFromName / fromFeatureLevel(level, true): reached by a
+        # feature every node supports only at 0 ("disable" of a name Kafka does not know).
+        if feature not in ft.FEATURES:
+            return _invalid_update_version(feature, level, f"Feature {feature} not found."), None
+        unknown_level = ft.feature_level_error(feature, level, unstable_enabled=True)
+        if unknown_level is not None:
+            return _invalid_update_version(feature, level, unknown_level), None
     dependency = ft.dependency_error(feature, level, proposed)
+    if dependency is None and level < current:
+        dependency = _dependents_reason(feature, proposed)
     if dependency is not None:
         return _invalid_update_version(feature, level, dependency), None
 
@@ -224,21 +234,40 @@ def _check_feature_update(
     return None, feature_level_record(feature, level)
 
 
-def _check_metadata_version_update(current: int, level: int, upgrade_type: int) -> tuple[str | None, MetadataRecord | None]:
+def _dependents_reason(feature: str, proposed: Mapping[str, int]) -> str | None:
+    """Why lowering `feature` to its level in `proposed` would leave another feature
+    without what it depends on (kraftwerk's check: Kafka 4.4 refuses every downgrade
+    that could get here as lossy, or unsafe ones outright)."""
+    blocked = ft.blocked_dependent(feature, proposed)
+    if blocked is None:
+        return None
+    dependent, dependent_level, needed = blocked
+    return (f"{dependent}={dependent_level} depends on {feature} level {needed}; "
+            f"lower or disable {dependent} in the same request.")
+
+
+def _check_metadata_version_update(
+    current: int, level: int, upgrade_type: int, proposed: Mapping[str, int]
+) -> tuple[str | None, MetadataRecord | None]:
     if ft.find_metadata_version(level) is None:
         return _invalid_metadata_version(level, "Unknown metadata.version."), None
     if level < MINIMUM_BOOTSTRAP_VERSION.level:
         return _invalid_metadata_version(
             level, f"Unable to set a metadata.version less than {MINIMUM_BOOTSTRAP_VERSION}"
         ), None
-    if level < current and not ft.is_lossless_downgrade(current, level):
-        if upgrade_type == UNSAFE_DOWNGRADE:
-            # KIP-778, which Kafka never shipped: the image is projected to the lower level
-            # when the record is replayed (server/controller/downgrade.py).
-            return None, feature_level_record(METADATA_VERSION, level)
+    if level < current and not ft.is_lossless_downgrade(current, level) and upgrade_type != UNSAFE_DOWNGRADE:
         return _unsupported_metadata_downgrade(
             current, level, "Refusing to perform the requested downgrade because it might delete metadata information."
         ), None
+    if level < current:
+        # A finalized feature level that needs a higher metadata.version (ELR 1 needs
+        # 4.0-IV1) must go down with it, or the image would hold a level its own
+        # metadata.version cannot carry.
+        reason = _dependents_reason(METADATA_VERSION, proposed)
+        if reason is not None:
+            return _unsupported_metadata_downgrade(current, level, reason), None
+    # An UNSAFE lossy downgrade is KIP-778's, which Kafka never shipped: the image is
+    # projected to the lower level when the record is replayed (server/controller/downgrade.py).
     return None, feature_level_record(METADATA_VERSION, level)
 
 

@@ -276,6 +276,63 @@ def dependency_error(feature: str, level: int, proposed: Mapping[str, int]) -> s
     return None
 
 
+def feature_level_error(feature: str, level: int, unstable_enabled: bool) -> str | None:
+    """Why `level` names no version of the known `feature` (Kafka's
+    `Feature.fromFeatureLevel` text), or None. Level 0 ("off") always exists; a level
+    above the latest production one exists only with unstable levels enabled."""
+    spec = FEATURES[feature]
+    highest = spec.latest_testing if unstable_enabled else spec.latest_production
+    if level == 0 or (spec.level(level) is not None and level <= highest):
+        return None
+    return f"No feature:{feature} with feature level {level}"
+
+
+def feature_dependencies(feature: str, level: int) -> Mapping[str, int]:
+    """The levels of other features that `feature` at `level` needs (empty for level 0
+    and for a level the catalog does not know)."""
+    spec = FEATURES.get(feature)
+    found = spec.level(level) if spec is not None else None
+    return found.dependencies if found is not None else MappingProxyType({})
+
+
+def blocked_dependent(feature: str, proposed: Mapping[str, int]) -> tuple[str, int, int] | None:
+    """The first other feature that, at its level in `proposed`, needs `feature` higher
+    than `proposed` has it: (that feature, its level, the level of `feature` it needs),
+    or None. Kafka checks only the dependencies of the features a request names; what
+    lowering a feature does to the features that depend on it is checked with this."""
+    have = proposed.get(feature, 0)
+    for dependent, level in proposed.items():
+        needed = feature_dependencies(dependent, level).get(feature)
+        if needed is not None and have < needed:
+            return dependent, level, needed
+    return None
+
+
+# Kafka's Feature.PRODUCTION_FEATURES order, which its tools print in (version-mapping).
+PRODUCTION_FEATURE_ORDER: tuple[str, ...] = tuple(fact.name for fact in kafka.KAFKA_FEATURES)
+
+
+def metadata_version_for_release(text: str, unstable_enabled: bool) -> MetadataVersion | None:
+    """Kafka's `MetadataVersion.fromVersionString`: a metadata.version name (`3.9-IV0`)
+    or a release (`3.9`, `3.9.1`: the release's last production level); only the
+    first two dot-separated parts count. None for a name it does not know, or for a
+    level that is not production-ready while unstable levels are not enabled."""
+    parts = text.split(".")
+    key = ".".join(parts[:2]) if len(parts) > 2 else text
+    found = _BY_NAME.get(key)
+    if found is None:
+        releases = [mv for mv in METADATA_VERSIONS if mv.production and mv.release == key]
+        found = releases[-1] if releases else None
+    if found is None or not (found.production or unstable_enabled):
+        return None
+    return found
+
+
+def metadata_versions_between(first: MetadataVersion, last: MetadataVersion) -> tuple[MetadataVersion, ...]:
+    """Every metadata.version from `first` to `last`, both included, ascending."""
+    return tuple(mv for mv in METADATA_VERSIONS if first.level <= mv.level <= last.level)
+
+
 def local_supported_features(unstable_enabled: bool) -> NodeFeatures:
     """The ranges this controller's software supports (Kafka's
     `QuorumFeatures.defaultSupportedFeatureMap`): metadata.version from 3.0-IV1,

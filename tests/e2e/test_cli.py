@@ -245,7 +245,7 @@ def test_a_controller_that_cannot_run_the_finalized_metadata_version_refuses_to_
     log_dir = tmp_path / "metadata"
     cluster_id = new_cluster_id()
     result = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", "4.5-IV0",
-                     "--log-dir", str(log_dir), timeout_s=30)
+                     "--log-dir", str(log_dir), "--override", "unstable.feature.versions.enable=true", timeout_s=30)
     assert result.returncode == 0, result.stderr
     result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0",
                      "--port-file", str(tmp_path / "port"), timeout_s=30)

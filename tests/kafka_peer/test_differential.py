@@ -470,6 +470,7 @@ FEATURE_STEPS = (
     ("transaction.version upgrade", 2, [("transaction.version", 2, UPGRADE)], False),
     ("transaction.version upgrade again (no-op)", 1, [("transaction.version", 2, UPGRADE)], False),
     ("unknown feature", 1, [("no.such.feature", 1, UPGRADE)], False),
+    ("unknown feature disabled", 1, [("no.such.feature", 0, SAFE)], True),
     ("level beyond supported", 1, [("group.version", 5, UPGRADE)], False),
     ("downgrade without the downgrade type", 1, [("group.version", 0, UPGRADE)], False),
     ("downgrade to a newer level", 1, [("group.version", 1, SAFE)], False),
