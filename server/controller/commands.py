@@ -625,9 +625,11 @@ def _next_broker_state(current: str, want_fence: bool, want_shut_down: bool, cau
 
 def _lowest_active_offset(state: ControllerState, tracker: BrokerHeartbeatTracker) -> int | None:
     """The lowest metadata offset the active brokers (unfenced, not shutting down) last
-    reported; None when there are none (Kafka's lowestActiveOffset)."""
+    reported; None when there are none (Kafka's lowestActiveOffset). ZooKeeper-mode
+    brokers of a migration send no heartbeats (the controller pushes them UpdateMetadata)
+    and are not waited for."""
     offsets = [tracker.metadata_offset(r.broker_id, r.epoch) for r in state.brokers.values()
-               if not r.fenced and not r.in_controlled_shutdown]
+               if not r.fenced and not r.in_controlled_shutdown and not r.is_migrating_zk_broker]
     return min(offsets) if offsets else None
 
 

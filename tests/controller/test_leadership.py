@@ -146,6 +146,20 @@ def test_controlled_shutdown_waits_only_for_active_brokers():
     assert result.response["should_shut_down"]
 
 
+def test_controlled_shutdown_does_not_wait_for_zookeeper_mode_brokers():
+    """A migration's ZooKeeper-mode brokers never heartbeat: only KRaft brokers are waited for."""
+    cluster = cluster_with(THREE_PARTITIONS)
+    cluster.append([record(mr.REGISTER_BROKER_RECORD, {
+        "broker_id": 9, "incarnation_id": uuid.UUID(int=9), "broker_epoch": 1, "end_points": [], "features": [],
+        "rack": None, "fenced": False, "in_controlled_shutdown": False, "is_migrating_zk_broker": True,
+        "log_dirs": []}, version=3)])
+    assert not cluster.state.broker(9).fenced
+    cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
+    for broker_id in (2, 3):
+        cluster.heartbeat(broker_id, epoch(cluster, broker_id))
+    assert cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True).response["should_shut_down"]
+
+
 def test_a_controller_that_took_over_mid_shutdown_waits_for_the_log_end():
     cluster = cluster_with(THREE_PARTITIONS)
     cluster.heartbeat(1, epoch(cluster, 1), want_shut_down=True)
