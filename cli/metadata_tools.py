@@ -73,11 +73,11 @@ from protocol.record_batch import (
     peek_batch_length,
 )
 from protocol.records import decode_metadata_record
-from protocol.schema import Field, Message, Versions, snake_case
+from protocol.schema import Field, Message, Versions, scalar_default, snake_case
 from server.authorization import AclOperation
 from server.controller.broker_config_catalog import BROKER_CONFIG_CATALOG
 from server.controller.features import METADATA_VERSION, find_metadata_version
-from server.controller.snapshot import REPLAY_OFFSET_HEADER, load_snapshot
+from server.controller.snapshot import REPLAY_OFFSET_HEADER, load_snapshot, replay_batch
 from server.controller.state import RESOURCE_BROKER, ControllerState, ReplayError
 from server.security.model import AclPermissionType, PatternType, ResourceType, ScramMechanism
 from server.storage.bootstrap import METADATA_LOG_DIR_NAME
@@ -355,30 +355,12 @@ def java_double(value: float) -> str:
     return f"{'-' if sign else ''}{mantissa[0]}.{mantissa[1:] or '0'}E{scientific}"
 
 
-def _scalar_default(f: Field) -> Any:
-    raw = f.default
-    if raw == "null":
-        return None
-    t = f.type
-    if t in ("int8", "int16", "int32", "int64", "uint16", "uint32"):
-        return int(raw, 0) if raw else 0
-    if t == "float64":
-        return float(raw) if raw else 0.0
-    if t == "bool":
-        return raw == "true"
-    if t == "string":
-        return raw or ""
-    if t == "uuid":
-        return uuid.UUID(raw) if raw else uuid.UUID(int=0)
-    return b""
-
-
 def _is_default(f: Field, value: Any) -> bool:
     if f.is_array:
         return value is None if f.default == "null" else (value is not None and len(value) == 0)
     if f.is_struct:
         return False  # no metadata record has a tagged struct; print it rather than guess
-    return value == _scalar_default(f)
+    return value == scalar_default(f)
 
 
 def _json_value(message: Message, f: Field, value: Any, version: int) -> Any:
@@ -676,26 +658,14 @@ def _load_snapshot_contents(path: str, snapshot_id: SnapshotId, cluster_id: str)
 
 def replay_batches(state: ControllerState, batches: Iterable[RecordBatch], from_offset: int) -> Provenance | None:
     """Replays the records at offsets >= `from_offset` of `batches` (file order) into
-    `state` as the node does: metadata records through `replay`, KRaftVersion control
-    records through `replay_kraft_version`, other control records are the Raft
-    layer's. Returns where the image stands (None if nothing was replayed). Raises
-    DecodeError or ReplayError at the first record that does not decode or replay."""
+    `state` as the node does (`replay_batch`). Returns where the image stands (None if
+    nothing was replayed). Raises DecodeError or ReplayError at the first record that
+    does not decode or replay."""
     provenance = None
     for batch in batches:
-        for item in batch.records:
-            if item.offset < from_offset:
-                continue
-            if batch.is_control:
-                if control_record_type(item) == ControlRecordType.KRAFT_VERSION:
-                    if item.value is None:
-                        raise DecodeError(f"KRaftVersion record at offset {item.offset} has a null value")
-                    level = KRAFT_VERSION_RECORD.decode(0, item.value).kraft_version
-                    state.replay_kraft_version(level, item.offset)
-            else:
-                if item.value is None:
-                    raise DecodeError(f"record at offset {item.offset} has a null value")
-                state.replay(decode_metadata_record(item.value), item.offset)
-            provenance = Provenance(item.offset, batch.leader_epoch, batch.max_timestamp_ms)
+        replay_batch(state, batch, from_offset)
+        if batch.records and batch.records[-1].offset >= from_offset:
+            provenance = Provenance(batch.records[-1].offset, batch.leader_epoch, batch.max_timestamp_ms)
     return provenance
 
 

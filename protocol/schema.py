@@ -231,6 +231,11 @@ def _parse_default(f: Field, nullable_somewhere: bool) -> Any:
     raise ValueError(f"no scalar default for type {t}")
 
 
+def scalar_default(f: Field) -> Any:
+    """Kafka's default for a scalar field (its `default`, or the type's zero)."""
+    return _parse_default(f, False)
+
+
 def _default_factory(message: Message, f: Field, version: int | None) -> Callable[[], Any]:
     if f.is_array:
         if f.default == "null":

@@ -453,10 +453,33 @@ def recover_snapshot(
     return state, from_offset, chosen
 
 
+def replay_batch(state: ControllerState, batch, from_offset: int) -> int:
+    """Replays `batch`'s records at offsets >= `from_offset` into `state`; returns how
+    many. Metadata records go to `replay`, KRaftVersion control records to
+    `replay_kraft_version`; other control records are the raft layer's. Raises
+    DecodeError or ReplayError at the first record that does not decode or replay."""
+    replayed = 0
+    for item in batch.records:
+        if item.offset < from_offset:
+            continue
+        if batch.is_control:
+            if control_record_type(item) == ControlRecordType.KRAFT_VERSION:
+                if item.value is None:
+                    raise DecodeError(f"KRaftVersion record at offset {item.offset} has a null value")
+                level = KRAFT_VERSION_RECORD.decode(KRAFT_VERSION_RECORD_VERSION, item.value).kraft_version
+                state.replay_kraft_version(level, item.offset)
+                replayed += 1
+            continue
+        if item.value is None:
+            raise DecodeError(f"record at offset {item.offset} has a null value")
+        state.replay(decode_metadata_record(item.value), item.offset)
+        replayed += 1
+    return replayed
+
+
 def replay_log(state: ControllerState, metadata_log: MetadataLog, from_offset: int) -> int:
-    """Replays the log's records at offsets >= `from_offset` into `state`; returns
-    how many. Metadata records go to `replay`, KRaftVersion control records to
-    `replay_kraft_version`; other control records are the raft layer's."""
+    """Replays the log's records at offsets >= `from_offset` into `state` (`replay_batch`);
+    returns how many."""
     replayed = 0
     offset = from_offset
     # Bounded: every round moves `offset` past at least one batch.
@@ -465,16 +488,6 @@ def replay_log(state: ControllerState, metadata_log: MetadataLog, from_offset: i
         if not batches:
             break
         for batch in batches:
-            for item in batch.records:
-                if item.offset < from_offset:
-                    continue
-                if batch.is_control:
-                    if control_record_type(item) == ControlRecordType.KRAFT_VERSION:
-                        level = KRAFT_VERSION_RECORD.decode(KRAFT_VERSION_RECORD_VERSION, item.value).kraft_version
-                        state.replay_kraft_version(level, item.offset)
-                        replayed += 1
-                    continue
-                state.replay(decode_metadata_record(item.value), item.offset)
-                replayed += 1
+            replayed += replay_batch(state, batch, from_offset)
             offset = batch.next_offset
     return replayed
