@@ -165,11 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     budget_deadline = time.monotonic() + args.budget_s
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced([BROKER])
+        cluster.bring_up()
         leader = wait_caught_up(cluster, controllers)
         for run in range(args.runs):
             if time.monotonic() > budget_deadline:

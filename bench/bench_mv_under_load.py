@@ -214,11 +214,7 @@ def run(args: argparse.Namespace) -> int:
     driver_error = None
     ranges: dict[str, dict[int, tuple[int, int]]] = {}
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
+        cluster.bring_up()
         admin = KafkaAdminClient(bootstrap_servers=cluster.broker_addresses, client_id="mv-bench-driver",
                                  request_timeout_ms=REQUEST_TIMEOUT_MS)
         try:

@@ -164,6 +164,16 @@ class LocalCluster:
         self.processes[node_id] = process
         return process
 
+    def bring_up(self) -> None:
+        """Formats and starts every node, then waits until the quorum wrote the bootstrap
+        records and every broker is registered and unfenced."""
+        self.format()
+        for spec in self.specs:
+            self.start(spec.node_id)
+        self.wait_bootstrapped()
+        if self.brokers:
+            self.wait_unfenced([spec.node_id for spec in self.brokers])
+
     def add_broker(self, release: str | None) -> int:
         """Plans (and formats) one more broker; returns its id. Start it with `start`."""
         node_id = max(b.node_id for b in self.brokers) + 1 if self.brokers else 101

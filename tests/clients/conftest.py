@@ -26,11 +26,7 @@ def matrix_cluster(tmp_path_factory):
                            metadata_version="3.7-IV4",
                            extra={"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"})
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(list(BROKERS))
+        cluster.bring_up()
         yield MatrixCluster(cluster)
     finally:
         cluster.stop_all()

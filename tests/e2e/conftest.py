@@ -49,11 +49,7 @@ def cluster(tmp_path_factory, request):
     directory = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
     cluster = LocalCluster(directory, controllers=1, brokers=2, metadata_version="3.7-IV4")
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(CLUSTER_BROKERS)
+        cluster.bring_up()
         yield cluster
     finally:
         cluster.stop_all()

@@ -51,11 +51,7 @@ def two_brokers(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("broker_loss"), controllers=1, brokers=2,
                            metadata_version="3.7-IV4")
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
+        cluster.bring_up()
         yield cluster
     finally:
         cluster.stop_all()

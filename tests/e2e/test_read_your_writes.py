@@ -40,11 +40,7 @@ def five_nodes(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("ryw"), controllers=3, brokers=2, metadata_version="3.7-IV4",
                            extra={"kraftwerk.quorum.high.watermark.linger.ms": "300"})
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
-        cluster.wait_unfenced(BROKERS)
+        cluster.bring_up()
         yield cluster
     finally:
         cluster.stop_all()

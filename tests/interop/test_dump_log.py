@@ -110,10 +110,7 @@ def test_kafkas_dump_log_and_ours_agree_on_a_log_kraftwerks_storage_wrote(tmp_pa
 def test_kafkas_dump_log_and_ours_agree_on_a_running_kraftwerk_controllers_log(tmp_path):
     cluster = LocalCluster(tmp_path / "cluster", controllers=1, brokers=0, metadata_version="3.9-IV0")
     try:
-        cluster.format()
-        for spec in cluster.specs:
-            cluster.start(spec.node_id)
-        cluster.wait_bootstrapped()
+        cluster.bring_up()
         upgrade = subprocess.run([sys.executable, "-m", "cli.main", "features", "upgrade", "--metadata", "4.0-IV0",
                                   "--bootstrap-controller", cluster.controller_addresses],
                                  capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)

@@ -56,11 +56,7 @@ def cluster(tmp_path_factory):
                          brokers=len(BROKER_IDS), metadata_version=START_MV,
                          extra={"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": "User:ANONYMOUS"})
     try:
-        local.format()
-        for spec in local.specs:
-            local.start(spec.node_id)
-        local.wait_bootstrapped()
-        local.wait_unfenced(list(BROKER_IDS))
+        local.bring_up()
         yield Cluster(local)
     finally:
         local.stop_all()
@@ -122,10 +118,7 @@ def test_a_quorum_running_as_kafka_4_4_shows_its_supported_minimum(tmp_path):
     local = LocalCluster(tmp_path / "as-kafka-4.4", controllers=1, brokers=0, release="4.4",
                          metadata_version=START_MV)
     try:
-        local.format()
-        for spec in local.specs:
-            local.start(spec.node_id)
-        local.wait_bootstrapped()
+        local.bring_up()
         features = described_features(ok(tool(FEATURES, Cluster(local), "controller", "describe")))
     finally:
         local.stop_all()

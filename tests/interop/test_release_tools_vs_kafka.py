@@ -143,10 +143,7 @@ def controller(tmp_path_factory):
     local = LocalCluster(tmp_path_factory.mktemp("release-version"), controllers=1, brokers=0,
                          metadata_version=START_MV)
     try:
-        local.format()
-        for spec in local.specs:
-            local.start(spec.node_id)
-        local.wait_bootstrapped()
+        local.bring_up()
         yield local.controller_addresses
     finally:
         local.stop_all()

@@ -312,10 +312,7 @@ def quorums(tmp_path_factory):
         # The JVMs start first and warm up while kraftwerk formats and starts.
         for node in kafka:
             node.start()
-        kraftwerk.format()
-        for spec in kraftwerk.specs:
-            kraftwerk.start(spec.node_id)
-        kraftwerk.wait_bootstrapped()
+        kraftwerk.bring_up()
         for node in kafka:
             node.wait_ready()
         found = Quorums({n.node_id: n.address for n in kafka},

@@ -282,10 +282,7 @@ def peers(tmp_path_factory):
     kraftwerk = LocalCluster(work, controllers=len(CONTROLLER_IDS), brokers=0, metadata_version=START_MV)
     brokers: dict[int, KafkaNode] = {}
     try:
-        kraftwerk.format()
-        for spec in kraftwerk.specs:
-            kraftwerk.start(spec.node_id)
-        kraftwerk.wait_bootstrapped()
+        kraftwerk.bring_up()
         voters = quorum_voters((spec.node_id, spec.address) for spec in kraftwerk.controllers)
         for broker_id in BROKER_IDS:
             directory = work / f"kafka-{broker_id}"

@@ -70,11 +70,7 @@ def test_the_job_reads_what_real_controllers_wrote(spark, tmp_path):
     beta.releases[101] = "3.6"
     try:
         for cluster in (alpha, beta):
-            cluster.format()
-            for spec in cluster.specs:
-                cluster.start(spec.node_id)
-            cluster.wait_bootstrapped()
-            cluster.wait_unfenced([b.node_id for b in cluster.brokers])
+            cluster.bring_up()
         controller = alpha.address(1)
         for argv in (["upgrade", "--metadata", "3.7-IV2"], ["downgrade", "--metadata", "3.6-IV2", "--unsafe"]):
             done = run_cli("features", *argv, "--bootstrap-server", controller)
