@@ -2,7 +2,8 @@
 
 Owns: argument parsing and output for
   kraftwerk controller --config FILE            run a controller
-  kraftwerk storage format|random-uuid          prepare a metadata directory
+  kraftwerk storage format|random-uuid|version-mapping|feature-dependencies
+                                                prepare a metadata directory
   kraftwerk storage recover                     truncate a damaged metadata log
   kraftwerk features describe|upgrade|downgrade|disable|version-mapping|feature-dependencies
                                                 like kafka-features.sh (cli/release_tools.py)
@@ -1137,6 +1138,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a SCRAM credential for the new cluster (repeatable; iterations=, salt=, "
                           "saltedpassword= as in Kafka)")
     fmt.set_defaults(func=cmd_storage_format)
+    # kafka-storage.sh has the same two lookups as kafka-features.sh, printing the same lines.
+    add_feature_subcommands(storage_sub)
     uuid_parser = storage_sub.add_parser("random-uuid", help="print a new cluster id")
     uuid_parser.set_defaults(func=cmd_storage_random_uuid)
     recover = storage_sub.add_parser("recover", help="truncate a damaged metadata log to its last good batch "

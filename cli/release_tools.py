@@ -138,9 +138,10 @@ def cmd_feature_dependencies(args) -> int:
 
 
 def add_feature_subcommands(features_sub) -> None:
-    """Registers version-mapping and feature-dependencies under `kraftwerk features`.
-    Both are lookups in the catalog: they talk to no node, and accept (and ignore)
-    --bootstrap-server/--bootstrap-controller so kafka-features.sh lines carry over."""
+    """Registers version-mapping and feature-dependencies under `features_sub` (`kraftwerk
+    features`, and `kraftwerk storage` as kafka-storage.sh has them too). Both are lookups
+    in the catalog: they talk to no node, and accept (and ignore) --bootstrap-server /
+    --bootstrap-controller so kafka-features.sh lines carry over."""
     mapping = features_sub.add_parser(
         "version-mapping", help="the level of every feature a release implies (no node is asked)")
     mapping.add_argument("--release-version", metavar="R",

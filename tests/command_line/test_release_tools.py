@@ -98,6 +98,18 @@ def test_feature_dependencies(capsys, feature, expected):
     assert (status, lines, err) == (0, expected, "")
 
 
+@pytest.mark.parametrize("argv", [
+    ("version-mapping",), ("version-mapping", "--release-version", "3.9"),
+    ("version-mapping", "--release-version", "foo"),
+    ("feature-dependencies", "--feature", f"{ELR}=1"), ("feature-dependencies", "--feature", "foo=1"),
+])
+def test_storage_has_the_same_lookups(capsys, argv):
+    # kafka-storage.sh prints what kafka-features.sh prints for both (checked on 4.4.0's
+    # StorageTool and FeatureCommand); the features form is compared with Kafka's tool in
+    # tests/interop/test_release_tools_vs_kafka.py.
+    assert run(capsys, "storage", *argv) == run(capsys, "features", *argv)
+
+
 @pytest.mark.parametrize(("feature", "error"), [
     (f"{ELR}=2", f"No feature:{ELR} with feature level 2"),
     ("group.version=-1", "No feature:group.version with feature level -1"),
