@@ -305,7 +305,9 @@ class PeerConnection:
         if given, is called from the connection's read loop as soon as the response is
         decoded (before this returns it); it must not raise. With `fail_fast`, a peer
         whose last connect attempt failed raises PeerUnavailable at once rather than
-        being waited for (callers that have somewhere else to ask)."""
+        being waited for (callers that have somewhere else to ask); a connection that
+        dropped, or a peer just heard from (`note_alive`), gets its next attempt waited
+        for, and a failure of that attempt raises too."""
         with trio.fail_after(timeout_s):
             # No wait where it would not block: a trio wait on a set event still costs a
             # scheduling round.
