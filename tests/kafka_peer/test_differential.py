@@ -200,9 +200,14 @@ CONTROLLER_BENIGN: tuple[Benign, ...] = BENIGN + (
            "a Kafka controller registers with the leader it last knew; when leadership moves during start-up "
            "(a second election on a busy machine), the former leader answers NOT_CONTROLLER and logs it at "
            "ERROR, and the registration manager asks the new leader", detail=re.compile(r"NotControllerException")),
-    Benign("WARN", "QuorumController", re.compile(r"^\[QuorumController id=\d\] Performing controller activation\. "
-                                                  r"The metadata log appears to be empty\."),
-           "the first leader of a freshly formatted quorum writes the bootstrap records"),
+    Benign("ERROR", "ControllerApis", re.compile(r"Unexpected error handling request RequestHeader\(apiKey="
+                                                 r"API_VERSIONS,"),
+           "Kafka's own start-up race: a controller's listener answers another controller's Raft client before "
+           "its raft manager is set (NullPointerException in ControllerServer.startup); the peer asks again",
+           detail=re.compile(r"NullPointerException: .*ControllerServer\.raftManager\(\)\" is null")),
+    Benign("WARN", "QuorumController", re.compile(r"^\[QuorumController id=\d\] Performing controller activation\."),
+           "every controller that becomes active logs this at WARN (a leadership move during the module makes "
+           "a second one); the first leader of a freshly formatted quorum adds that it writes the bootstrap records"),
     Benign("WARN", "FeatureControlManager", re.compile(r"Upgrading metadata\.version from 4\.4-IV2 to 4\.4-IV2\."),
            "Kafka logs a validate-only metadata.version update to the current level at WARN"),
     Benign("WARN", "QuorumController", re.compile(r"Renouncing the leadership due to a metadata log event\. .*"
