@@ -1129,37 +1129,36 @@ class Shell:
         else:
             self._print(f"{pad}{node}")
 
-    def _cmd_cat(self, args: list[str]) -> bool:
+    def _for_each_match(self, command: str, args: list[str], show: Callable[[str, Any], bool]) -> bool:
+        """Runs `show(target, node)` on every node each argument names; False when an
+        argument names nothing, none was given, or `show` refused a node."""
         if not args:
-            self._print("cat: too few arguments")
+            self._print(f"{command}: too few arguments")
             return False
         ok = True
         for target in args:
             matches = resolve(self.root, self.working_directory, target)
             if not matches:
-                self._print(f"cat: {target}: No such file or directory.")
+                self._print(f"{command}: {target}: No such file or directory.")
                 ok = False
             for match in matches:
-                if isinstance(match.node, dict):
-                    self._print(f"cat: {target}: Is a directory")
-                    ok = False
-                else:
-                    self._print_node(match.node, 0)
+                ok = show(target, match.node) and ok
         return ok
 
+    def _cmd_cat(self, args: list[str]) -> bool:
+        def show(target: str, node: Any) -> bool:
+            if isinstance(node, dict):
+                self._print(f"cat: {target}: Is a directory")
+                return False
+            self._print_node(node, 0)
+            return True
+        return self._for_each_match("cat", args, show)
+
     def _cmd_tree(self, args: list[str]) -> bool:
-        if not args:
-            self._print("tree: too few arguments")
-            return False
-        ok = True
-        for target in args:
-            matches = resolve(self.root, self.working_directory, target)
-            if not matches:
-                self._print(f"tree: {target}: No such file or directory.")
-                ok = False
-            for match in matches:
-                self._print_node(match.node, 0)
-        return ok
+        def show(target: str, node: Any) -> bool:
+            self._print_node(node, 0)
+            return True
+        return self._for_each_match("tree", args, show)
 
     def _cmd_cd(self, args: list[str]) -> bool:
         if len(args) > 1:
