@@ -7,7 +7,8 @@ Owns: argument parsing and output for
   kraftwerk storage recover                     truncate a damaged metadata log
   kraftwerk features describe|upgrade|downgrade|disable|version-mapping|feature-dependencies
                                                 like kafka-features.sh (cli/release_tools.py)
-  kraftwerk metadata-quorum describe            like kafka-metadata-quorum.sh
+  kraftwerk metadata-quorum describe|add-controller|remove-controller
+                                                like kafka-metadata-quorum.sh (cli/quorum_tools.py)
   kraftwerk dump-log|metadata-shell             the metadata log read offline (cli/metadata_tools.py)
   kraftwerk demo                                a local controller plus an upgrade story
 
@@ -43,7 +44,14 @@ from cli.local_cluster import (
 )
 from cli.metadata_tools import add_parsers as add_metadata_tool_parsers
 from cli.migration_story import MigrationCluster, MigrationStoryError
-from cli.release_tools import add_feature_subcommands, format_feature_levels, release_version_updates
+from cli.quorum_tools import add_parsers as add_quorum_parsers
+from cli import storage_format as sf
+from cli.release_tools import (
+    add_feature_subcommands,
+    format_feature_levels,
+    parse_feature_level,
+    release_version_updates,
+)
 from cli.upgrade_story import LocalCluster, StoryError, UpgradeStory
 from cli.zk_broker import add_arguments as add_zk_broker_arguments
 from cli.zk_broker import run as run_zk_broker
@@ -62,7 +70,7 @@ from server.observability import Event, configure_logging, get_logger
 from server.raft.quorum_state import QuorumStateError
 from server.releases import release
 from server.security.client_config import ClientSecurity, ClientSecurityError
-from server.storage.bootstrap import METADATA_LOG_DIR_NAME, write_bootstrap_checkpoint
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME
 from server.storage.log import RECOVER_HINT, CorruptLogError, LogConfig, MetadataLog
 from server.storage.meta_properties import (
     MetaProperties,
@@ -272,6 +280,7 @@ def _parse_feature_levels(items: list[str] | None) -> dict[str, int]:
 
 
 def cmd_storage_format(args) -> int:
+    # Kafka 4.4's StorageTool, KIP-853's quorum flags included (cli/storage_format.py).
     config = _load_config(args)
     configure_logging(config.log_level)
     try:
@@ -280,14 +289,21 @@ def cmd_storage_format(args) -> int:
         raise CommandError(f"--cluster-id {args.cluster_id!r} is not a Kafka uuid ({exc}); "
                            "get one with `kraftwerk storage random-uuid`") from None
     try:
+        for item in args.feature or ():
+            parse_feature_level(item)
+        plan = sf.plan_quorum(config, sf.raw_properties(args.config, _overrides(args)),
+                              standalone=args.standalone, no_initial_controllers=args.no_initial_controllers,
+                              initial_controllers=args.initial_controllers,
+                              new_directory_id=lambda: parse_uuid_string(random_uuid_string()))
         # Kafka's Formatter rules and texts (KIP-1022): the release, the features' levels
         # and their dependencies.
         level, feature_levels = format_feature_levels(
-            args.metadata_version, args.feature, unstable_enabled=config.unstable_feature_versions_enable)
-        records = bootstrap_records(level, feature_levels)
+            args.metadata_version, args.feature, unstable_enabled=config.unstable_feature_versions_enable,
+            dynamic_quorum=plan.dynamic_quorum)
         # SCRAM users of the new cluster (Kafka's --add-scram): UserScramCredentialRecords
         # after the feature levels, replayed with them by the first leader.
-        records += bootstrap_scram_records(args.add_scram, level)
+        records = sf.in_kafka_order(bootstrap_records(level, feature_levels)
+                                    + bootstrap_scram_records(args.add_scram, level))
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     directory = Path(config.metadata_log_dir)
@@ -298,21 +314,18 @@ def cmd_storage_format(args) -> int:
             return EXIT_OK
         raise CommandError(f"{directory} is already formatted (cluster {existing.cluster_id}, node "
                            f"{existing.node_id}); use --ignore-formatted to skip, or delete it to start over")
+    print(sf.bootstrap_metadata_line(records, level))
+    print(f"Formatting {plan.directory_type(config.node_id)} {directory} with metadata.version "
+          f"{metadata_version_from_level(level)}.")
     directory.mkdir(parents=True, exist_ok=True)
-    if not config.is_broker:
-        # Only controllers bootstrap the cluster; a broker learns everything from the log.
-        write_bootstrap_checkpoint(directory, records)
+    # Only controllers bootstrap the cluster; a broker learns everything from the log.
+    own_directory_id = sf.write_formatted_directory(config, directory, plan, records,
+                                                    feature_levels.get("kraft.version", 0))
+    directory_id = random_uuid_string() if own_directory_id is None else sf.directory_id_string(own_directory_id)
     write_meta_properties(directory, MetaProperties(cluster_id=args.cluster_id, node_id=config.node_id,
-                                                    directory_id=random_uuid_string()))
-
+                                                    directory_id=directory_id))
     get_logger("storage").info(Event.STORAGE_FORMATTED, directory=str(directory), cluster_id=args.cluster_id,
                                metadata_version=str(metadata_version_from_level(level)))
-    if config.is_broker:
-        print(f"Formatting metadata directory {directory} for broker {config.node_id} (it learns the "
-              "finalized features from the controllers).")
-    else:
-        print(f"Formatting metadata directory {directory} with metadata.version "
-              f"{metadata_version_from_level(level)}.")
     return EXIT_OK
 
 
@@ -601,58 +614,6 @@ def cmd_features(args) -> int:
     for line in lines:
         print(line)
     return EXIT_OK if ok else EXIT_FAILED
-
-
-# --------------------------------------------------------------------------
-# metadata-quorum
-# --------------------------------------------------------------------------
-
-async def describe_quorum(args) -> list[str]:
-    client = await _connect(args)
-    async with client:
-        cluster = await client.call(60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
-        # Any controller answers: a standby forwards DescribeQuorum to the leader.
-        response = await client.call(55, {"topics": [{"topic_name": "__cluster_metadata",
-                                                       "partitions": [{"partition_index": 0}]}]})
-    if response.error_code != 0:
-        raise CommandError(f"DescribeQuorum failed: error {response.error_code} {response.error_message or ''}")
-    partition = response.topics[0].partitions[0]
-    if partition.error_code != 0:
-        raise CommandError(f"DescribeQuorum failed: error {partition.error_code} {partition.error_message or ''}")
-    now_ms = int(time.time() * 1000)
-    if args.replication:
-        # kafka-metadata-quorum.sh --replication: one row per replica, leader first.
-        lines = ["NodeId\tLogEndOffset\tLag\tLastFetchTimestamp\tLastCaughtUpTimestamp\tStatus"]
-        rows = [(r, "Leader" if r.replica_id == partition.leader_id else "Follower") for r in partition.current_voters]
-        rows.sort(key=lambda row: row[1] != "Leader")
-        rows += [(r, "Observer") for r in partition.observers]
-        for replica, status in rows:
-            lag = max(partition.high_watermark - replica.log_end_offset, 0) if replica.log_end_offset >= 0 else -1
-            lines.append(f"{replica.replica_id}\t{replica.log_end_offset}\t{lag}\t"
-                         f"{replica.last_fetch_timestamp}\t{replica.last_caught_up_timestamp}\t{status}")
-        return lines
-    voters = [r.replica_id for r in partition.current_voters]
-    observers = [r.replica_id for r in partition.observers]
-    followers = [r for r in partition.current_voters if r.replica_id != partition.leader_id]
-    lags = [partition.high_watermark - r.log_end_offset for r in followers if r.log_end_offset >= 0]
-    caught_up = [r.last_caught_up_timestamp for r in followers if r.last_caught_up_timestamp >= 0]
-    lag_time_ms = max(now_ms - min(caught_up), 0) if caught_up else (0 if not followers else -1)
-    return [
-        f"ClusterId:              {cluster.cluster_id}",
-        f"LeaderId:               {partition.leader_id}",
-        f"LeaderEpoch:            {partition.leader_epoch}",
-        f"HighWatermark:          {partition.high_watermark}",
-        f"MaxFollowerLag:         {max(lags) if lags else 0}",
-        f"MaxFollowerLagTimeMs:   {lag_time_ms}",
-        f"CurrentVoters:          [{','.join(map(str, voters))}]",
-        f"CurrentObservers:       [{','.join(map(str, observers))}]",
-    ]
-
-
-def cmd_metadata_quorum(args) -> int:
-    for line in trio.run(describe_quorum, args):
-        print(line)
-    return EXIT_OK
 
 
 # --------------------------------------------------------------------------
@@ -1137,6 +1098,7 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--add-scram", "-S", action="append", metavar="'SCRAM-SHA-256=[name=N,password=P]'",
                      help="a SCRAM credential for the new cluster (repeatable; iterations=, salt=, "
                           "saltedpassword= as in Kafka)")
+    sf.add_quorum_flags(fmt)
     fmt.set_defaults(func=cmd_storage_format)
     # kafka-storage.sh has the same two lookups as kafka-features.sh, printing the same lines.
     add_feature_subcommands(storage_sub)
@@ -1169,14 +1131,8 @@ def build_parser() -> argparse.ArgumentParser:
     features.set_defaults(func=cmd_features)
     add_feature_subcommands(features_sub)
 
-    quorum = sub.add_parser("metadata-quorum", help="describe the metadata quorum")
-    quorum_sub = quorum.add_subparsers(dest="quorum_command", required=True)
-    qdescribe = quorum_sub.add_parser("describe")
-    _add_bootstrap(qdescribe)
-    mode = qdescribe.add_mutually_exclusive_group()
-    mode.add_argument("--status", action="store_true", default=True)
-    mode.add_argument("--replication", action="store_true")
-    quorum.set_defaults(func=cmd_metadata_quorum)
+    # describe, add-controller, remove-controller (cli/quorum_tools.py).
+    add_quorum_parsers(sub)
 
     probe = sub.add_parser("probe-matrix", help="KIP-268's upgrade matrix for Kafka Streams' rebalance metadata, "
                                                 "each cell measured by the in-process group runner")

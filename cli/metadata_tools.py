@@ -7,7 +7,7 @@ Owns: reading segment (`*.log`) and snapshot (`*.checkpoint`) files read-only
 batch, one "| offset: ..." line per record with the record as Kafka's JSON), building
 an image from a snapshot or a whole metadata directory (`load_snapshot_image`,
 `load_directory_image`), the tree of that image (Kafka's MetadataShell layout:
-/image/features, /image/cluster/brokers/<id>, /image/topics/byName/<name>/<partition>,
+/image/features, /image/cluster/brokers/<id>, /image/cluster/controllers/<id>, /image/topics/byName/<name>/<partition>,
 ...) and the shell commands over it (ls, cat, cd, pwd, find, tree, help, exit).
 
 Rules kept here:
@@ -831,6 +831,20 @@ def _broker_text(registration) -> str:
             f"cordonedDirectories={_uuid_list(cordoned or ())})")
 
 
+def _controller_text(registration) -> str:
+    """Kafka 4.4's ControllerRegistration.toString (listeners and features sorted by name)."""
+    listeners = ", ".join(
+        f"Endpoint(listenerName='{e.name}', securityProtocol="
+        f"{_SECURITY_PROTOCOLS.get(e.security_protocol, e.security_protocol)}, host='{e.host}', port={e.port})"
+        for e in sorted(registration.endpoints, key=lambda endpoint: endpoint.name))
+    features = ", ".join(f"{name}: {_version_range(r.min_level, r.max_level)}"
+                         for name, r in sorted(registration.supported_features.items()))
+    return (f"ControllerRegistration(id={registration.controller_id}, "
+            f"incarnationId={uuid_to_string(registration.incarnation_id)}, "
+            f"zkMigrationReady={_java_bool(registration.zk_migration_ready)}, listeners=[{listeners}], "
+            f"supportedFeatures={{{features}}})")
+
+
 def _partition_text(partition) -> str:
     return (f"PartitionRegistration(replicas={_java_list(partition.replicas)}, "
             f"directories={_uuid_list(partition.directories)}, isr={_java_list(partition.isr)}, "
@@ -931,8 +945,8 @@ def image_tree(image: LoadedImage) -> dict:
         "cluster": {
             "brokers": {str(broker_id): _broker_text(registration)
                         for broker_id, registration in state.brokers.items()},
-            # kraftwerk's image does not keep RegisterControllerRecords.
-            "controllers": {},
+            "controllers": {str(controller_id): _controller_text(registration)
+                            for controller_id, registration in sorted(state.controllers.items())},
         },
         "topics": {
             "byName": {name: _topic_node(topic) for name, topic in topics.items()},

@@ -12,9 +12,10 @@ controller leave it:
     <out>/<cluster>/<node>/node.properties        node.id, process.roles, kraftwerk.release, ...
                                                   (no metadata.log.dir: it is the directory
                                                   the file is in, wherever the fleet is moved)
-    <out>/<cluster>/<node>/bootstrap.checkpoint   the format-time records
     <out>/<cluster>/<node>/__cluster_metadata-0/  segments (<20 digits>.log) and snapshots
-                                                  (<end offset>-<epoch>.checkpoint)
+                                                  (<end offset>-<epoch>.checkpoint); the
+                                                  bootstrap snapshot 0-0 holds the format-time
+                                                  records (server/storage/bootstrap.py)
 
 Rules kept here:
 - Every metadata record comes from a real command (`register_broker`, `broker_heartbeat`,
@@ -65,7 +66,7 @@ from server.controller.features import GROUP_VERSION, METADATA_VERSION, TRANSACT
 from server.controller.snapshot import write_controller_snapshot
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
 from server.releases import RELEASES
-from server.storage.bootstrap import METADATA_LOG_DIR_NAME, write_bootstrap_checkpoint
+from server.storage.bootstrap import METADATA_LOG_DIR_NAME, write_bootstrap_snapshot
 from server.storage.log import LOCK_FILE_NAME, LogConfig, MetadataLog
 from server.storage.meta_properties import (
     MetaProperties,
@@ -73,6 +74,7 @@ from server.storage.meta_properties import (
     uuid_to_string,
     write_meta_properties,
 )
+from server.storage.snapshot import list_snapshots
 
 # Smallest record budget a cluster can have: the first LeaderChange, the bootstrap
 # records and a few registrations.
@@ -793,7 +795,11 @@ class _ClusterStory:
                     shutil.copyfile(source / name, target / name)
             write_meta_properties(directory, MetaProperties(
                 cluster_id=self.cluster_id, node_id=node_id, directory_id=rng_uuid_string(rng)))
-            write_bootstrap_checkpoint(directory, bootstrap)
+            if not list_snapshots(directory / METADATA_LOG_DIR_NAME):
+                # A static quorum (kraft.version 0). A running controller deletes it with
+                # its first snapshot, so only a fleet without snapshots still has it.
+                # Timestamp 0: a fleet is a function of its seed.
+                write_bootstrap_snapshot(directory, bootstrap, timestamp_ms=0)
             properties = {
                 "node.id": str(node_id),
                 "process.roles": "controller",

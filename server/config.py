@@ -69,6 +69,22 @@ def parse_voters(text: str) -> tuple[VoterAddress, ...]:
     return voters
 
 
+def parse_bootstrap_servers(text: str) -> tuple[tuple[str, int], ...]:
+    """controller.quorum.bootstrap.servers: host:port,... (an IPv6 host in brackets),
+    the controllers a node asks for the quorum when the voters live in the log (KIP-853)."""
+    servers = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, colon, port = item.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise ValueError(f"controller.quorum.bootstrap.servers entry {item!r} must look like host:port")
+        servers.append((host, int(port)))
+    return tuple(servers)
+
+
 # Kafka's SecurityProtocol ids, used in BrokerRegistration/Metadata endpoints.
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 # Kafka's default listener.security.protocol.map.
@@ -251,6 +267,9 @@ class ServerConfig:
     log_level: str = "info"
     # The static voter set; empty means "this node alone" (the degenerate quorum).
     quorum_voters: tuple[VoterAddress, ...] = ()
+    # controller.quorum.bootstrap.servers (KIP-853): (host, port) of controllers to ask
+    # for the quorum when the voters live in the log; empty when not set.
+    quorum_bootstrap_servers: tuple[tuple[str, int], ...] = ()
     # controller.quorum.* with Kafka's defaults (FACTS §11).
     quorum_election_timeout_ms: int = 1_000
     quorum_fetch_timeout_ms: int = 2_000
@@ -374,6 +393,7 @@ _KNOWN = {
     "log.segment.bytes": ("log_segment_bytes", int),
     "log.level": ("log_level", str),
     "controller.quorum.voters": ("quorum_voters", parse_voters),
+    "controller.quorum.bootstrap.servers": ("quorum_bootstrap_servers", parse_bootstrap_servers),
     "controller.quorum.election.timeout.ms": ("quorum_election_timeout_ms", int),
     "controller.quorum.fetch.timeout.ms": ("quorum_fetch_timeout_ms", int),
     "kraftwerk.quorum.high.watermark.linger.ms": ("quorum_high_watermark_linger_ms", int),

@@ -66,6 +66,14 @@ class Event(StrEnum):
     ALTER_PARTITION_REFUSED = "controller.alter_partition_refused"
     # AssignReplicasToDirs refused whole, or for some partitions (unknown, not a replica).
     ASSIGN_REPLICAS_TO_DIRS_REFUSED = "controller.assign_replicas_to_dirs_refused"
+    # KIP-919: the active controller committed a controller's registration, or refused one.
+    CONTROLLER_REGISTERED = "controller.controller_registered"
+    CONTROLLER_REGISTRATION_REFUSED = "controller.controller_registration_refused"
+    # This controller registering itself with the active one: sent and committed, or
+    # failed (retried after a backoff), or waiting for metadata.version 3.7-IV0.
+    CONTROLLER_SELF_REGISTERED = "controller.self_registered"
+    CONTROLLER_SELF_REGISTRATION_FAILED = "controller.self_registration_failed"
+    CONTROLLER_SELF_REGISTRATION_WAITING = "controller.self_registration_waiting"
     TOPICS_CREATED = "controller.topics_created"
     TOPICS_DELETED = "controller.topics_deleted"
     CONFIGS_ALTERED = "controller.configs_altered"

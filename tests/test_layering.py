@@ -65,6 +65,7 @@ PURE_CORES = (
     "server.raft.messages",
     "server.raft.validate",
     "server.raft.quorum_state",
+    "server.voters",
     "server.controller.commands",
     "server.controller.state",
     "server.controller.features",

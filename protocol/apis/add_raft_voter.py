@@ -11,7 +11,7 @@ REQUEST = Message(
     name='AddRaftVoterRequest',
     type='request',
     api_key=80,
-    valid_versions='0',
+    valid_versions='0-1',
     flexible_versions='0+',
     fields=(
         F('ClusterId', 'string', '0+', nullable_versions='0+'),
@@ -23,6 +23,7 @@ REQUEST = Message(
             F('Host', 'string', '0+'),
             F('Port', 'uint16', '0+'),
         )),
+        F('AckWhenCommitted', 'bool', '1+', default='true'),
     ),
 )
 
@@ -30,7 +31,7 @@ RESPONSE = Message(
     name='AddRaftVoterResponse',
     type='response',
     api_key=80,
-    valid_versions='0',
+    valid_versions='0-1',
     flexible_versions='0+',
     fields=(
         F('ThrottleTimeMs', 'int32', '0+'),

@@ -54,6 +54,7 @@ from server.handlers import (
     assign_replicas_to_dirs,
     broker_heartbeat,
     broker_registration,
+    controller_registration,
     create_acls,
     create_partitions,
     create_topics,
@@ -222,7 +223,8 @@ _SPECS = (
             # v1: EndpointType (KIP-919, controller registration at 3.7-IV0).
             gate={1: 15},
             notes="EndpointType 1 lists the controllers then the unfenced registered brokers (brokers: their own "
-                  "view, EndpointType 1 only); 2 lists controllers."),
+                  "view, EndpointType 1 only); 2 lists the registered controllers with an endpoint on the "
+                  "request's listener and needs ALTER on CLUSTER too (Kafka's controllers)."),
     ApiSpec(ApiKey.BROKER_REGISTRATION, 0, 4, broker_registration.handle, kind=_ASYNC,
             rule=ApiRule(CLUSTER_ACTION),
             # v1: IsMigratingZkBroker (3.4-IV0); v2: LogDirs (KIP-858, 3.7-IV2);
@@ -249,6 +251,10 @@ _SPECS = (
             notes="KIP-858: a broker with several log directories names each replica's directory "
                   "(PartitionChangeRecord Directories; metadata.version 3.7-IV2+, else UNSUPPORTED_VERSION); "
                   "a replica put in an offline directory leaves the ISR."),
+    ApiSpec(ApiKey.CONTROLLER_REGISTRATION, 0, 0, controller_registration.handle, kind=_ASYNC,
+            rule=ApiRule(CLUSTER_ACTION),
+            notes="KIP-919: every controller registers its listeners and supported features with the active "
+                  "controller (RegisterControllerRecord; metadata.version 3.7-IV0+, else UNSUPPORTED_VERSION)."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

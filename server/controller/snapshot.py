@@ -27,7 +27,8 @@ Rules kept here:
   TopicRecord and PartitionRecords (by index), then the ConfigRecords (by
   resource and name), the UserScramCredentialRecords (by user and mechanism),
   the AccessControlEntryRecords (by id), the ClientQuotaRecords (by entity and
-  key), the ProducerIdsRecord (once a block was handed out), and a KRaftVersion
+  key), the ProducerIdsRecord (once a block was handed out), the
+  RegisterControllerRecords (v0, by controller id), and a KRaftVersion
   control record (when kraft.version > 0)
   in the highest free offsets up to the last applied offset, so the last record
   replayed lands on it; a NoOpRecord there when nothing else does. Every item of
@@ -38,6 +39,10 @@ Rules kept here:
   holds (controlled shutdown v1, ZK migration v2, log dirs v3), so nothing is lost.
 - No snapshot inside an open metadata transaction: the image would hold
   records an abort could still take back.
+- A snapshot ending at offset 0 is the bootstrap snapshot (`storage format`), not
+  state: recovery starts from an empty state and the log from 0. The control
+  records in a snapshot's header batch (KRaftVersion, Voters) are the raft
+  layer's; `load_snapshot` only sees the records after that batch.
 - Recovery never silently skips data: a corrupt snapshot is logged and an older
   one tried; if the log no longer reaches back to a usable snapshot, start-up
   fails with `SnapshotRecoveryError` (fetch a snapshot from the leader, or restore).
@@ -167,6 +172,7 @@ def snapshot_plan(state: ControllerState) -> list[SnapshotItem]:
     producer_ids = state.producer_ids
     if producer_ids.next_producer_id > 0:
         floating.append((record(mr.PRODUCER_IDS_RECORD, producer_ids._asdict(), version=0), None))
+    floating.extend((item, None) for item in controller_registration_records(state))
     if state.kraft_version > 0:
         floating.append((None, state.kraft_version))
     if not floating and last_offset not in pinned:
@@ -257,6 +263,24 @@ def client_quota_records(state: ControllerState) -> list[MetadataRecord]:
             records.append(record(mr.CLIENT_QUOTA_RECORD, {
                 "entity": [{"entity_type": entity_type, "entity_name": name} for entity_type, name in entity],
                 "key": key, "value": values[key], "remove": False}, version=0))
+    return records
+
+
+def controller_registration_records(state: ControllerState) -> list[MetadataRecord]:
+    """One RegisterControllerRecord (v0, the only version) per registered controller, by id."""
+    records: list[MetadataRecord] = []
+    controllers = state.controllers
+    for controller_id in sorted(controllers):
+        registration = controllers[controller_id]
+        records.append(record(mr.REGISTER_CONTROLLER_RECORD, {
+            "controller_id": controller_id,
+            "incarnation_id": registration.incarnation_id,
+            "zk_migration_ready": registration.zk_migration_ready,
+            "end_points": [{"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+                           for e in registration.endpoints],
+            "features": [{"name": name, "min_supported_version": r.min_level, "max_supported_version": r.max_level}
+                         for name, r in sorted(registration.supported_features.items())],
+        }, version=0))
     return records
 
 
@@ -428,6 +452,10 @@ def recover_snapshot(
     for snapshot_id in reversed(list_snapshots(log_dir)):
         if snapshot_id.end_offset < metadata_log.start_offset:
             # This and every older snapshot end before the log begins.
+            break
+        if snapshot_id.end_offset == 0:
+            # The bootstrap snapshot `storage format` writes (KIP-853): no state, only
+            # the records the first leader writes into the log (server/storage/bootstrap.py).
             break
         try:
             contents = read_snapshot(snapshot_path(log_dir, snapshot_id), config)

@@ -1,7 +1,7 @@
 """The controller's metadata image, rebuilt only by replaying metadata records.
 
 Owns: `ControllerState` (finalized features, their epoch, broker registrations,
-topics with their partitions, configs, the ZK migration state, SCRAM credentials,
+controller registrations (KIP-919), topics with their partitions, configs, the ZK migration state, SCRAM credentials,
 ACLs, client quotas, the open metadata transaction), the typed
 registration / topic / partition values, and the volatile `BrokerHeartbeatTracker`.
 
@@ -49,6 +49,7 @@ from server.controller.features import (
     KRAFT_VERSION,
     METADATA_VERSION,
     SupportedRange,
+    controller_registration_supported,
     directory_assignment_supported,
 )
 
@@ -109,6 +110,22 @@ class BrokerRegistration:
     def supported(self, feature: str) -> SupportedRange:
         """The broker's range for `feature`; a feature it did not mention is [0, 0]."""
         return self.supported_features.get(feature, SupportedRange(0, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRegistration:
+    """One controller's registration (RegisterControllerRecord, KIP-919): the latest
+    record for its id replaces any earlier one, whatever its incarnation."""
+
+    controller_id: NodeId
+    incarnation_id: uuid.UUID
+    zk_migration_ready: bool
+    endpoints: tuple[BrokerEndpoint, ...]
+    supported_features: Mapping[str, SupportedRange]
+
+    def endpoint(self, listener_name: str) -> BrokerEndpoint | None:
+        """Its endpoint on the listener `listener_name`, if it registered one."""
+        return next((e for e in self.endpoints if e.name == listener_name), None)
 
 
 def _uuid_tuple(values: Any) -> tuple[uuid.UUID, ...] | None:
@@ -280,6 +297,8 @@ class _Image:
     # The last ProducerIdsRecord: the first id of the next block AllocateProducerIds
     # hands out, and the broker (and its epoch) the last block went to.
     producer_ids: ProducerIds = NO_PRODUCER_IDS
+    # Controller registrations (RegisterControllerRecord) by controller id.
+    controllers: dict[NodeId, ControllerRegistration] = field(default_factory=dict)
 
     def copy(self) -> "_Image":
         return _Image(
@@ -294,6 +313,7 @@ class _Image:
             self.acls_changed_offset,
             {entity: dict(values) for entity, values in self.quotas.items()},
             self.producer_ids,
+            dict(self.controllers),
         )
 
 
@@ -382,6 +402,14 @@ class ControllerState:
         return self._image.brokers.get(broker_id)
 
     @property
+    def controllers(self) -> Mapping[NodeId, ControllerRegistration]:
+        """Every registered controller (KIP-919) by id."""
+        return MappingProxyType(self._image.controllers)
+
+    def controller_registration(self, controller_id: NodeId) -> ControllerRegistration | None:
+        return self._image.controllers.get(controller_id)
+
+    @property
     def zk_migration_state(self) -> ZkMigrationState:
         """The last ZkMigrationStateRecord's value; NONE when none was written."""
         return self._image.zk_migration_state
@@ -461,6 +489,7 @@ class ControllerState:
             "acls": dict(self._image.acls),
             "quotas": {entity: dict(values) for entity, values in self._image.quotas.items()},
             "producer_ids": self._image.producer_ids,
+            "controllers": dict(self._image.controllers),
             "last_applied_offset": self._last_applied_offset,
             "transaction_start": self._transaction_start,
         }
@@ -532,6 +561,9 @@ class ControllerState:
                 if not projected.log_dirs and registration.log_dirs:
                     self._forget_directories(registration)
                 brokers[broker_id] = projected
+        if controller_registration_supported(from_level) and not controller_registration_supported(to_level):
+            # RegisterControllerRecord came with 3.7-IV0: below it no controller is registered.
+            self._image.controllers = {}
         if from_level >= IBP_3_4_IV0 > to_level:
             # ZkMigrationStateRecord came with 3.4-IV0: below it there is no migration state.
             self._image.zk_migration_state = ZkMigrationState.NONE
@@ -577,6 +609,26 @@ class ControllerState:
         self._image.brokers[registration.broker_id] = registration
         for directory in registration.log_dirs:
             self._image.directory_owners[directory] = registration.broker_id
+
+    def _replay_register_controller(self, data: Any, offset: int) -> None:
+        # Kafka keeps the latest registration per id: a controller that restarts (a new
+        # incarnation) or re-registers replaces its old one.
+        features = {
+            _get(f, "name"): SupportedRange(_get(f, "min_supported_version"), _get(f, "max_supported_version"))
+            for f in _get(data, "features", [])
+        }
+        endpoints = tuple(
+            BrokerEndpoint(_get(e, "name"), _get(e, "host"), _get(e, "port"), _get(e, "security_protocol"))
+            for e in _get(data, "end_points", [])
+        )
+        registration = ControllerRegistration(
+            controller_id=_get(data, "controller_id"),
+            incarnation_id=_get(data, "incarnation_id"),
+            zk_migration_ready=bool(_get(data, "zk_migration_ready", False)),
+            endpoints=endpoints,
+            supported_features=MappingProxyType(features),
+        )
+        self._image.controllers[registration.controller_id] = registration
 
     def _forget_directories(self, registration: BrokerRegistration) -> None:
         owners = self._image.directory_owners
@@ -826,6 +878,7 @@ _HANDLERS = {
     mr.REMOVE_ACCESS_CONTROL_ENTRY_RECORD.api_key: ControllerState._replay_remove_access_control_entry,
     mr.CLIENT_QUOTA_RECORD.api_key: ControllerState._replay_client_quota,
     mr.PRODUCER_IDS_RECORD.api_key: ControllerState._replay_producer_ids,
+    mr.REGISTER_CONTROLLER_RECORD.api_key: ControllerState._replay_register_controller,
 }
 
 

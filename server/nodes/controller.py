@@ -25,9 +25,6 @@ from pathlib import Path
 
 import trio
 
-from protocol.errors import DecodeError
-from protocol.record_batch import decode_batches
-from protocol.records import decode_metadata_record
 from server.api.catalog import NodeRole, served_table
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
@@ -47,11 +44,12 @@ from server.raft.validate import Refusal
 from server.releases import supported_features as release_supported_features
 from server.security.exposure import warn_exposed_listeners
 from server.api.context import ControllerServices, RaftEndpoint
+from server.nodes.controller_registration import run_controller_registration
 from server.nodes.forwarding import Forwarder, leader_wait_s, peer_connections
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
-from server.storage.bootstrap import BOOTSTRAP_CHECKPOINT
+from server.storage.bootstrap import BOOTSTRAP_CHECKPOINT, BootstrapError, read_bootstrap
 from server.storage.log import FileOps, MetadataLog
 
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
@@ -65,14 +63,13 @@ log = get_logger("controller")
 
 
 def read_bootstrap_checkpoint(directory: Path):
-    path = directory / BOOTSTRAP_CHECKPOINT
-    if not path.exists():
-        return None
+    """The bootstrap metadata records `storage format` left in `directory` (the
+    bootstrap snapshot, or an older kraftwerk's bootstrap.checkpoint), or None."""
     try:
-        batches = decode_batches(path.read_bytes())
-        return [decode_metadata_record(r.value) for batch in batches for r in batch.records]
-    except DecodeError as exc:
-        raise StartupError(f"{path} is corrupt ({exc}); re-run `kraftwerk storage format`") from None
+        found = read_bootstrap(directory)
+    except BootstrapError as exc:
+        raise StartupError(f"{exc}; re-run `kraftwerk storage format`") from None
+    return None if found is None else list(found.records)
 
 
 class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
@@ -247,6 +244,9 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                     # The only voter elects itself at once: report "started" only when it
                     # serves writes, so scripts never see a NOT_CONTROLLER from a lone node.
                     await self.controller.wait_active()
+                # KIP-919: register with the active controller (again whenever the registration
+                # is gone); a lone voter reports "started" once it is registered.
+                await nursery.start(run_controller_registration, self)
                 log.info(Event.SERVER_STARTED, node_id=self.config.node_id, host=self.config.listener.host,
                          port=self.port, cluster_id=self.cluster_id,
                          metadata_version=self.state.metadata_version)

@@ -173,6 +173,16 @@ class ServingNode:
                 endpoints.append(Endpoint(registration.broker_id, chosen.host, chosen.port, registration.rack))
         return endpoints
 
+    def registered_controller_endpoints(self, listener_name: str | None) -> list[Endpoint]:
+        """Each registered controller (KIP-919) with an endpoint named `listener_name`, by id."""
+        controllers = self.state.controllers if self.state is not None else {}
+        endpoints = []
+        for controller_id in sorted(controllers):
+            endpoint = controllers[controller_id].endpoint(listener_name) if listener_name is not None else None
+            if endpoint is not None:
+                endpoints.append(Endpoint(controller_id, endpoint.host, endpoint.port))
+        return endpoints
+
     def own_listener_endpoint(self, listener_name: str | None) -> tuple[str, int] | None:
         """(host, port) this node tells clients for its listener `listener_name`: the
         advertised listener of that name, else the bound one; None if it has none."""

@@ -216,6 +216,9 @@ class ZkBrokerNode(ZkBrokerServices):
     def registered_broker_endpoints(self, include_fenced: bool, listener_name: str | None = None) -> list[Endpoint]:
         return self.client_endpoints()
 
+    def registered_controller_endpoints(self, listener_name: str | None) -> list[Endpoint]:
+        return []  # a ZooKeeper-mode broker knows no controller registrations
+
     def active_controller_id(self) -> int:
         cache = self.metadata_cache
         if cache.knows_controller and not cache.is_kraft_controller:

@@ -57,7 +57,9 @@ Rules kept here:
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -71,6 +73,8 @@ from server.raft.messages import ApiKey, Body
 from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
+from server.voters import (BOOTSTRAP_OFFSET, Voter, VoterHistory, VoterSet, encode_voters_record,
+                                voter_control_records)
 from server.values import EpochEndOffset, LeaderEpoch, NodeId, Offset, SnapshotId
 
 # How far above the highest epoch it learned from answers to its own requests a node
@@ -84,6 +88,8 @@ MAX_EPOCH_JUMP = 1000
 
 # Observers (brokers) the leader keeps state for; any id may fetch, so the map is capped.
 MAX_OBSERVERS = 1024
+# An observer counts as caught up for AddRaftVoter only if it fetched this recently (Kafka: 1 hour).
+CAUGHT_UP_FETCH_MAX_AGE_MS = 3_600_000
 # Failed fetches in a row after which a follower reports its leader unreachable: one
 # can be a dropped connection to a live leader, two (a retry backoff apart) rarely are.
 LEADER_UNREACHABLE_FAILURES = 2
@@ -118,8 +124,16 @@ class Role(Enum):
 @dataclass(frozen=True, slots=True)
 class RaftConfig:
     node_id: NodeId
+    # The static voters (controller.quorum.voters): the quorum at kraft.version 0, and until
+    # the log names others. Empty for a node of a dynamic quorum (its voters are in the log).
     voters: frozenset[NodeId]
     cluster_id: str
+    # This node's metadata log directory id (meta.properties directory.id): with its id, its
+    # identity as a voter at kraft.version 1.
+    directory_id: uuid.UUID | None = None
+    # Ids the driver maps to controller.quorum.bootstrap.servers (negative, as Kafka's): where
+    # an observer that knows no leader asks.
+    bootstrap_ids: tuple[NodeId, ...] = ()
     # Kafka's controller.quorum.* defaults.
     election_timeout_ms: int = 1000
     fetch_timeout_ms: int = 2000
@@ -145,22 +159,14 @@ class RaftConfig:
     timestamp_offset_ms: int = 0
 
     def __post_init__(self) -> None:
-        if not self.voters:
-            raise ValueError("controller.quorum.voters must name at least one voter")
+        if not self.voters and not self.bootstrap_ids:
+            raise ValueError("controller.quorum.voters or controller.quorum.bootstrap.servers must name a controller")
         for name in ("election_timeout_ms", "fetch_timeout_ms", "request_timeout_ms", "fetch_max_wait_ms",
                      "fetch_max_bytes", "snapshot_chunk_bytes", "retry_backoff_ms", "max_batch_records"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RaftConfig.{name} must be positive")
         if self.high_watermark_linger_ms < 0:
             raise ValueError("RaftConfig.high_watermark_linger_ms must not be negative")
-
-    @property
-    def is_voter(self) -> bool:
-        return self.node_id in self.voters
-
-    @property
-    def majority(self) -> int:
-        return len(self.voters) // 2 + 1
 
 
 # -- log operations the driver applies, in order -------------------------------
@@ -227,6 +233,8 @@ class Ready:
     responses: list[OutboundResponse] = field(default_factory=list)
     high_watermark: Offset | None = None
     role_change: RoleChange | None = None
+    # The voter set in effect, when it changed (the driver connects to new voters first).
+    voter_set: VoterSet | None = None
 
     @property
     def appends(self) -> list[Batch]:
@@ -245,6 +253,8 @@ class ReplicaState:
     begin_epoch_sent_ms: int = -1
     # A Fetch with this leader's token for the voter has arrived.
     token_confirmed: bool = False
+    # The directory id its latest Fetch named (None: none, or not fetched yet).
+    directory_id: uuid.UUID | None = None
 
 
 @dataclass(slots=True)
@@ -270,17 +280,23 @@ class QuorumInfo:
     high_watermark: Offset
     voters: dict[NodeId, ReplicaState]
     observers: dict[NodeId, ReplicaState]
+    # The voter set in effect (directory ids, endpoints) and the kraft.version level.
+    voter_set: VoterSet = VoterSet(())
+    kraft_version: int = 0
 
 
 class RaftCore:
     """See the module docstring."""
 
     def __init__(self, config: RaftConfig, log: RaftLog, quorum_state: QuorumState, rng: random.Random,
-                 now_ms: int, records_codec: RecordsCodec | None = None) -> None:
+                 now_ms: int, records_codec: RecordsCodec | None = None,
+                 voter_history: VoterHistory | None = None) -> None:
         self.config = config
         self.log = log
         self._rng = rng
         self._codec = records_codec or PassThroughRecordsCodec()
+        # Which voters are in effect, by offset (KIP-853): the static set until the log says otherwise.
+        self._history = voter_history if voter_history is not None else self.load_voter_history(config, log, self._codec)
         self._now_ms = now_ms
         self._state = quorum_state
         # The last state handed out for persisting (what the store compares the next one with).
@@ -300,6 +316,7 @@ class RaftCore:
         self._out_responses: list[OutboundResponse] = []
         self._out_role: RoleChange | None = None
         self._out_high_watermark: int | None = None
+        self._out_voters: VoterSet | None = None
         # -- the node's view of what is committed (never goes back) --
         self.high_watermark = 0
         # -- timers --
@@ -334,7 +351,33 @@ class RaftCore:
         self._leader_token: int | None = None
         # Set once this node could not campaign because its epoch reached MAX_EPOCH.
         self.epoch_exhausted = False
+        # The leader the latest vote answers named: a candidate asks it too when its own voter
+        # set does not name it (see _start_election_round).
+        self._leader_hint: int | None = None
         self._initialise_role(now_ms)
+
+    @staticmethod
+    def load_voter_history(config: RaftConfig, log: RaftLog, codec: RecordsCodec) -> VoterHistory:
+        """What the newest snapshot and the log after it say about the voters. Reads every
+        control batch of the log (the driver may pass a history it built more cheaply)."""
+        history = VoterHistory.of_static(VoterSet.static(config.voters))
+        snapshot = log.latest_snapshot_id()
+        if snapshot is not None:
+            size = log.snapshot_size(snapshot) or 0
+            records = codec.snapshot_control_records(
+                lambda position, max_bytes: log.read_snapshot(snapshot, position, max_bytes), size)
+            level, voter_set = voter_control_records(records)
+            history.reset_to_snapshot(snapshot.end_offset - 1, level, voter_set)
+        offset = log.start_offset
+        # Bounded: each read returns at least one batch while offset < end, and moves past it.
+        while offset < log.end_offset:
+            batches = log.read(offset, 1 << 20)
+            if not batches:
+                break
+            for batch in batches:
+                _apply_control(history, batch)
+            offset = batches[-1].next_offset
+        return history
 
     # ------------------------------------------------------------------
     # Public state
@@ -343,6 +386,35 @@ class RaftCore:
     @property
     def epoch(self) -> LeaderEpoch:
         return self._state.epoch
+
+    @property
+    def voters(self) -> VoterSet:
+        """The voter set in effect: the latest in the log, committed or not (KIP-853)."""
+        return self._history.latest
+
+    @property
+    def kraft_version(self) -> int:
+        return self._history.kraft_version
+
+    @property
+    def voter_history(self) -> VoterHistory:
+        """Read-only use: what a snapshot at an offset must carry (`VoterHistory.at`)."""
+        return self._history
+
+    @property
+    def is_voter(self) -> bool:
+        return self.voters.contains(self.config.node_id, self.config.directory_id)
+
+    @property
+    def _may_campaign(self) -> bool:
+        """A voter, or a voter of the set before an uncommitted change that removed it: it may
+        still be needed to elect a leader that commits the change (the Raft thesis, §4.1)."""
+        if self.is_voter:
+            return True
+        latest = self._history.latest_offset
+        if latest is None or latest < self.high_watermark:
+            return False
+        return self._history.at(latest - 1).contains(self.config.node_id, self.config.directory_id)
 
     @property
     def leader_id(self) -> NodeId | None:
@@ -389,6 +461,8 @@ class RaftCore:
             high_watermark=self.high_watermark,
             voters={voter: _copy_replica(state) for voter, state in self._voter_states.items()},
             observers={node: _copy_replica(state) for node, state in self._observer_states.items()},
+            voter_set=self.voters,
+            kraft_version=self.kraft_version,
         )
 
     # ------------------------------------------------------------------
@@ -397,7 +471,7 @@ class RaftCore:
 
     def has_ready(self) -> bool:
         return bool(self._out_state or self._pending_ops or self._out_requests or self._out_responses
-                    or self._out_role or self._out_high_watermark is not None)
+                    or self._out_role or self._out_high_watermark is not None or self._out_voters is not None)
 
     def ready(self) -> Ready:
         if self._ready_outstanding:
@@ -406,11 +480,15 @@ class RaftCore:
         ready = Ready(
             quorum_state=self._out_state,
             log_ops=ops,
-            flush_before_send=bool(ops) and self.config.is_voter and self.role is not Role.LEADER,
+            # A voter's fetch offset counts toward the high watermark: durable first. A node
+            # the leader already counts (it sent a token) may not know yet it was added.
+            flush_before_send=bool(ops) and self.role is not Role.LEADER
+            and (self.is_voter or self._leader_token is not None),
             requests=self._out_requests,
             responses=self._out_responses,
             high_watermark=self._out_high_watermark,
             role_change=self._out_role,
+            voter_set=self._out_voters,
         )
         self._handed_ops = ops
         self._pending_ops = []
@@ -421,6 +499,7 @@ class RaftCore:
         self._out_responses = []
         self._out_role = None
         self._out_high_watermark = None
+        self._out_voters = None
         self._ready_outstanding = True
         return ready
 
@@ -491,12 +570,12 @@ class RaftCore:
             self._become_resigned(now_ms, announce=True)
         elif state.leader_id is not None:
             self._become_follower(state.epoch, state.leader_id, now_ms)
-        elif state.voted_id == me and self.config.is_voter:
+        elif state.voted_id == me and self._may_campaign:
             self._set_role(Role.CANDIDATE)
             self._start_election_round(now_ms)
         else:
             self._become_unattached(state.epoch, now_ms)
-        if self.config.is_voter and len(self.config.voters) == 1 and self.role is not Role.LEADER:
+        if self.is_voter and len(self.voters) == 1 and self.role is not Role.LEADER:
             self._become_candidate(now_ms)
 
     def _persist(self, state: QuorumState) -> None:
@@ -525,7 +604,7 @@ class RaftCore:
             self._persist(QuorumState(epoch=epoch))
         self._set_role(Role.UNATTACHED)
         self._fetch_target = None
-        self._election_deadline_ms = now_ms + self._random_election_timeout() if self.config.is_voter else None
+        self._election_deadline_ms = now_ms + self._random_election_timeout() if self._may_campaign else None
         self._maybe_send_fetch(now_ms)
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int, token: int | None = None) -> None:
@@ -561,6 +640,10 @@ class RaftCore:
         return True
 
     def _become_prospective(self, now_ms: int) -> None:
+        if not self._may_campaign:
+            # A node the log removed from the voters (or never named) only observes.
+            self._become_unattached(self.epoch, now_ms)
+            return
         if self._epoch_exhausted(now_ms):
             return
         if not self.config.pre_vote:
@@ -586,20 +669,29 @@ class RaftCore:
         pre_vote = self.role is Role.PROSPECTIVE
         candidate_epoch = self.epoch + 1 if pre_vote else self.epoch
         end, last_epoch = self._view_end()
-        for voter in sorted(self.config.voters):
-            if voter != self.config.node_id:
-                body = m.vote_request(self.config.cluster_id, voter, candidate_epoch, self.config.node_id,
-                                      last_epoch, end, pre_vote)
-                self._out_requests.append(OutboundRequest(voter, ApiKey.VOTE, body))
+        asked = [(voter.node_id, voter.directory_id) for voter in self.voters.voters]
+        hint = self._leader_hint
+        if hint is not None and hint not in self.voters.ids:
+            # A leader this node's log does not name as a voter (a change it has not fetched):
+            # only that leader can take back a voter stranded above its epoch (_is_stranded_voter).
+            asked.append((hint, None))
+        for voter_id, directory_id in asked:
+            if voter_id != self.config.node_id:
+                body = m.vote_request(self.config.cluster_id, voter_id, candidate_epoch, self.config.node_id,
+                                      last_epoch, end, pre_vote, directory_id, self.config.directory_id)
+                self._out_requests.append(OutboundRequest(voter_id, ApiKey.VOTE, body))
 
     def _maybe_win(self, now_ms: int) -> bool:
-        if len(self._granted) >= self.config.majority:
+        # Only grants from this node's own voter set count (it may have changed since it asked).
+        if len(self._granted & self.voters.ids) >= self.voters.majority:
             if self.role is Role.PROSPECTIVE:
                 self._become_candidate(now_ms)
             else:
                 self._become_leader(now_ms)
             return True
-        if self.role is Role.PROSPECTIVE and len(self._rejected) >= self.config.majority:
+        # Lost once the voters left to answer cannot make a majority (with an even count
+        # that is before a majority has refused: in a set of two, one refusal decides).
+        if self.role is Role.PROSPECTIVE and len(self._rejected & self.voters.ids) > len(self.voters) - self.voters.majority:
             # KIP-996: a lost pre-vote changes nothing durable. Go back to the
             # leader we knew (the others may still hear it), or wait and retry.
             leader = self._state.leader_id
@@ -623,8 +715,8 @@ class RaftCore:
         self._set_role(Role.LEADER)
         self._election_deadline_ms = None
         self._leader_high_watermark = None
-        self._voter_states = {voter: ReplicaState(last_fetch_ms=now_ms) for voter in self.config.voters}
-        self._voter_tokens = {voter: self._rng.getrandbits(63) for voter in sorted(self.config.voters) if voter != me}
+        self._voter_states = {voter: ReplicaState(last_fetch_ms=now_ms) for voter in self.voters.ids}
+        self._voter_tokens = {voter: self._rng.getrandbits(63) for voter in sorted(self.voters.ids) if voter != me}
         self._observer_states = {}
         self._parked = {}
         end, _ = self._view_end()
@@ -633,13 +725,17 @@ class RaftCore:
         # committing it is what lets the high watermark move in this epoch.
         value = LEADER_CHANGE_MESSAGE.encode(0, {
             "version": 0, "leader_id": me,
-            "voters": [{"voter_id": voter} for voter in sorted(self.config.voters)],
+            "voters": [{"voter_id": voter} for voter in sorted(self.voters.ids)],
             "granting_voters": [{"voter_id": voter} for voter in sorted(self._granted)],
         })
         self._pending_ops.append(Append(Batch(end, self.epoch, (value,), int(ControlRecordType.LEADER_CHANGE),
                                               now_ms + self.config.timestamp_offset_ms)))
+        if self.kraft_version >= 1 and self._history.latest_offset == BOOTSTRAP_OFFSET:
+            # The voters came from the bootstrap checkpoint, which nodes formatted without
+            # one (--no-initial-controllers, brokers) never see: the log must say them.
+            self._append_voters(self.voters, now_ms)
         self._out_role = RoleChange(Role.LEADER, self.epoch, me)
-        for voter in sorted(self.config.voters):
+        for voter in sorted(self.voters.ids):
             if voter != me:
                 self._send_begin_epoch(voter, now_ms)
 
@@ -653,7 +749,7 @@ class RaftCore:
         """The EndQuorumEpoch of this leadership to every other voter, best-placed
         successor first. The driver also sends them for a core it discards after a disk
         failure, whose Ready loop ends there."""
-        preferred = sorted((voter for voter in self.config.voters if voter != self.config.node_id),
+        preferred = sorted((voter for voter in self.voters.ids if voter != self.config.node_id),
                            key=lambda voter: (-self._voter_states.get(voter, ReplicaState()).end_offset, voter))
         # With the voter's token: only the real leader can hurry its followers into an election.
         return [OutboundRequest(voter, ApiKey.END_QUORUM_EPOCH,
@@ -683,6 +779,11 @@ class RaftCore:
         if epoch > self.epoch:
             if leader_id is not None and leader_id != self.config.node_id:
                 self._become_follower(epoch, leader_id, now_ms)
+            elif not self.is_voter:
+                # An observer only needs the epoch of a leader it can follow. A higher epoch
+                # without one may come from a node stranded above the quorum (an ex-voter
+                # that cannot learn of its removal): taking it would strand the observer too.
+                return False
             else:
                 self._become_unattached(epoch, now_ms)
             return True
@@ -753,7 +854,7 @@ class RaftCore:
             self._become_prospective(now_ms)
             return
         if self._fetch_deadline_ms is not None and now_ms >= self._fetch_deadline_ms:
-            if self.config.is_voter:
+            if self._may_campaign:
                 self._become_prospective(now_ms)
             else:
                 # An observer that lost its leader goes back to discovering one.
@@ -783,6 +884,131 @@ class RaftCore:
         self._pending_ops.append(Append(Batch(base, self.epoch, tuple(values), None,
                                               now_ms + self.config.timestamp_offset_ms)))
         return base, self.epoch
+
+    # ------------------------------------------------------------------
+    # The voter set (KIP-853)
+    # ------------------------------------------------------------------
+
+    def voter_change_refusal(self, change_in_progress: bool, adding: bool) -> tuple[ErrorCode, str | None] | None:
+        """Why the leader cannot start a voter change now, in Kafka's order and words (None: it can).
+        `change_in_progress`: the driver is still checking an earlier request's new voter."""
+        if self.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        if change_in_progress:
+            return ErrorCode.REQUEST_TIMED_OUT, "Request timed out waiting for leader to handle previous voter change request"
+        if self._leader_high_watermark is None:
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Request timed out waiting for leader to establish HWM and fence previous voter changes")
+        if self.kraft_version < 1:
+            verb = "adding" if adding else "removing"
+            return ErrorCode.UNSUPPORTED_VERSION, f"Cluster doesn't support {verb} voter because the kraft.version feature is 0"
+        latest = self._history.latest_offset
+        if latest is None or latest >= self._leader_high_watermark:
+            shown = "Optional.empty" if latest is None else f"Optional[{latest}]"
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    f"Request timed out waiting for voters to commit the latest voter change at {shown} "
+                    f"with HWM {self._leader_high_watermark}")
+        return None
+
+    def add_voter(self, voter: Voter, now_ms: int, change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | Offset:
+        """Leader: appends the voter set with `voter` added; returns the VotersRecord's offset
+        (the change is done when it commits), or Kafka's error. Nothing changes on an error."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        refusal = self.voter_change_refusal(change_in_progress, adding=True)
+        if refusal is not None:
+            return refusal
+        voters = self.voters
+        if voter.node_id in voters.ids:
+            return (ErrorCode.DUPLICATE_VOTER,
+                    f"The voter id for {voter.describe()} is already part of the set of voters {voters.keys_text()}.")
+        state = self._observer_states.get(voter.node_id)
+        if (state is None or state.directory_id != voter.directory_id or state.last_caught_up_ms < 0
+                or now_ms - state.last_fetch_ms > CAUGHT_UP_FETCH_MAX_AGE_MS):
+            return ErrorCode.REQUEST_TIMED_OUT, f"Aborted add voter operation for {voter.describe()} since it is lagging behind"
+        return self._append_voters(voters.with_voter(voter), now_ms)
+
+    def remove_voter(self, node_id: NodeId, directory_id: uuid.UUID | None,
+                     now_ms: int, change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | Offset:
+        """Leader: appends the voter set without that voter; as `add_voter`. A leader that
+        removes itself leads until the change commits, then resigns."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        refusal = self.voter_change_refusal(change_in_progress, adding=False)
+        if refusal is not None:
+            return refusal
+        voters = self.voters
+        remaining = voters.without(node_id, directory_id)
+        if remaining is None:
+            return (ErrorCode.VOTER_NOT_FOUND, f"Cannot remove voter {Voter(node_id, directory_id).describe()} "
+                                               f"from the set of voters {voters.keys_text()}")
+        return self._append_voters(remaining, now_ms)
+
+    def _append_voters(self, voter_set: VoterSet, now_ms: int) -> Offset:
+        offset, _ = self._view_end()
+        batch = Batch(offset, self.epoch, (encode_voters_record(voter_set),), int(ControlRecordType.VOTERS),
+                      now_ms + self.config.timestamp_offset_ms)
+        self._append_control_aware(batch, now_ms)
+        return offset
+
+    def _append_control_aware(self, batch: Batch, now_ms: int) -> None:
+        """Queues an append; a voters record in it takes effect now (KIP-853: when appended)."""
+        self._pending_ops.append(Append(batch))
+        if batch.control_type is None:
+            return
+        previous = self.voters
+        _apply_control(self._history, batch)
+        self._voters_changed(previous, now_ms)
+
+    def _snapshot_voters(self, data: bytes) -> tuple[int | None, VoterSet | None]:
+        try:
+            records = self._codec.snapshot_control_records(
+                lambda position, max_bytes: data[position:position + max_bytes], len(data))
+            return voter_control_records(records)
+        except (DecodeError, ValueError) as exc:
+            raise RaftProtocolError(ErrorCode.CORRUPT_MESSAGE, BAD_RESPONSE, f"snapshot voters: {exc}") from None
+
+    def _voters_changed(self, previous: VoterSet, now_ms: int) -> None:
+        """Brings the roles and the leader's bookkeeping in line with a new voter set."""
+        voters = self.voters
+        if voters == previous:
+            return
+        self._out_voters = voters
+        me = self.config.node_id
+        if self.role is Role.LEADER:
+            for voter in sorted(voters.ids - self._voter_states.keys()):
+                # An added voter keeps when it last fetched and caught up, but not its offset:
+                # an observer's fetch offset is not durable (observers flush lazily), so the
+                # voter counts toward the high watermark from its first fetch as a voter.
+                state = self._observer_states.pop(voter, None) or ReplicaState(last_fetch_ms=now_ms)
+                state.token_confirmed = False
+                state.end_offset = -1
+                self._voter_states[voter] = state
+                if voter != me:
+                    self._voter_tokens[voter] = self._rng.getrandbits(63)
+                    self._send_begin_epoch(voter, now_ms)
+            for voter in sorted(self._voter_states.keys() - voters.ids):
+                state = self._voter_states.pop(voter)
+                self._voter_tokens.pop(voter, None)
+                if voter != me and len(self._observer_states) < MAX_OBSERVERS:
+                    self._observer_states[voter] = state
+            self._update_leader_high_watermark()
+            return
+        if self._may_campaign:
+            if self.role is Role.UNATTACHED and self._election_deadline_ms is None:
+                self._election_deadline_ms = now_ms + self._random_election_timeout()
+        elif self.role in (Role.PROSPECTIVE, Role.CANDIDATE):
+            # No longer a voter: it cannot win, and must not disturb the quorum.
+            self._become_unattached(self.epoch, now_ms)
+        elif self.role is Role.UNATTACHED:
+            self._election_deadline_ms = None
+
+    def _resign_if_removed(self, now_ms: int) -> None:
+        """A leader that committed its own removal steps down (KIP-853)."""
+        latest = self._history.latest_offset
+        if (self.role is Role.LEADER and not self.is_voter and latest is not None
+                and self._leader_high_watermark is not None and self._leader_high_watermark > latest):
+            self._become_resigned(now_ms, announce=True)
 
     def resign(self, now_ms: int) -> None:
         """Graceful shutdown of a leader: stop writing and ask the others to elect a successor now."""
@@ -832,7 +1058,7 @@ class RaftCore:
         """The time by which a majority of voters (the leader counting itself) had fetched."""
         times = sorted((state.last_fetch_ms if voter != self.config.node_id else self._now_ms)
                        for voter, state in self._voter_states.items())
-        return times[len(times) - self.config.majority]
+        return times[len(times) - self.voters.majority]
 
     def _ignores_epoch_from(self, sender: int, epoch: int, now_ms: int, vote: bool) -> bool:
         """The disruptive-server rule: a higher epoch from a message is ignored while a live
@@ -862,8 +1088,18 @@ class RaftCore:
             return m.vote_response(ErrorCode.INVALID_REQUEST)
         if candidate_epoch < self.epoch:
             return m.vote_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
-        if not self.config.is_voter or candidate_id not in self.config.voters:
-            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
+        addressed = m.addressed_directory_id(partition)
+        if addressed is not None and self.config.directory_id is not None and addressed != self.config.directory_id:
+            # Asked as a voter this node is not (the id's directory was replaced: KIP-853).
+            return m.vote_response(ErrorCode.NONE, ErrorCode.INVALID_VOTER_KEY, self.leader_id, self.epoch,
+                                   granted=False)
+        if not self.voters.ids:
+            return m.vote_response(ErrorCode.NONE, ErrorCode.INCONSISTENT_VOTER_SET, self.leader_id, self.epoch,
+                                   granted=False)
+        # A node votes whatever its own voter set says of the candidate or of itself (the Raft
+        # thesis, §4.1): the candidate counts only its voters' grants, and a quorum whose
+        # latest changes differ across nodes may need the vote of a node a change removed
+        # or added to elect anyone.
         end, my_last_epoch = self._view_end()
         log_ok = (last_epoch, last_offset) >= (my_last_epoch, end)
         if pre_vote:
@@ -872,12 +1108,12 @@ class RaftCore:
             # Not bounded by the epoch jump either: the answer is what lets a voter stranded
             # far above the quorum's epoch find out (and become a candidate, see _maybe_win).
             granted = candidate_epoch > self.epoch and log_ok and not self._hears_leader(now_ms)
-            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+            return self._vote_answer(candidate_id, granted)
         # A stranded voter may have been moved up to a bound by a spoofed frame and then
         # campaigned for a while: the leader lets it back from twice as far.
         self._check_epoch_jump(candidate_epoch, 2 if self._is_stranded_voter(candidate_id, now_ms) else 1)
         if self._ignores_epoch_from(candidate_id, candidate_epoch, now_ms, vote=True):
-            return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=False)
+            return self._vote_answer(candidate_id, False)
         if candidate_epoch > self.epoch:
             self._become_unattached(candidate_epoch, now_ms)
         state = self._state
@@ -893,7 +1129,13 @@ class RaftCore:
                 self._set_role(Role.UNATTACHED)
             # Granting a vote restarts the election timer (give the candidate time to win).
             self._election_deadline_ms = now_ms + self._random_election_timeout()
-        return m.vote_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch, granted=granted)
+        return self._vote_answer(candidate_id, granted)
+
+    def _vote_answer(self, candidate_id: int, granted: bool) -> Body:
+        """A refusal says when the candidate is not a voter here: a voter that was removed
+        must not read it as the quorum being behind its epoch (_handle_vote_response)."""
+        error = ErrorCode.NONE if granted or candidate_id in self.voters.ids else ErrorCode.INCONSISTENT_VOTER_SET
+        return m.vote_response(ErrorCode.NONE, error, self.leader_id, self.epoch, granted=granted)
 
     def _check_epoch_jump(self, epoch: int, jumps: int = 1) -> None:
         bound = jumps * MAX_EPOCH_JUMP
@@ -915,6 +1157,9 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        addressed = m.addressed_directory_id(partition)
+        if addressed is not None and self.config.directory_id is not None and addressed != self.config.directory_id:
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.INVALID_VOTER_KEY, self.leader_id, self.epoch)
         self._check_epoch_jump(epoch)
         self._check_leader_claim(epoch, leader_id)
         if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
@@ -940,7 +1185,7 @@ class RaftCore:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.NONE, self.leader_id, self.epoch)
         if epoch > self.epoch or self.leader_id is None:
             self._become_follower(epoch, leader_id, now_ms)
-        if (self.role is Role.FOLLOWER and self.leader_id == leader_id and self.config.is_voter
+        if (self.role is Role.FOLLOWER and self.leader_id == leader_id and self._may_campaign
                 and self._leader_token is not None and m.voter_token(body) == self._leader_token):
             # The leader says it is gone (with the token it gave this voter, so it is the
             # leader): its successor's Vote is no longer disruptive.
@@ -987,7 +1232,8 @@ class RaftCore:
         error = self._fetch_leader_error(request_epoch)
         if error is not None:
             return m.fetch_response(ErrorCode.NONE, error, **leader)
-        is_voter = replica in self.config.voters
+        directory_id = m.fetch_directory_id(partition)
+        is_voter = self.voters.contains(replica, directory_id)
         if is_voter and not self._trusted_voter(replica, body, now_ms):
             # Answered, but it changes nothing of the voter's: no position, no contact, no long poll.
             state = ReplicaState()
@@ -1000,6 +1246,7 @@ class RaftCore:
                     self._forget_observer(min(states, key=lambda node: states[node].last_fetch_ms))
                 state = states[replica] = ReplicaState()
         state.last_fetch_ms = now_ms
+        state.directory_id = directory_id
         high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
         common = dict(leader, high_watermark=high_watermark, log_start_offset=self.log.start_offset)
         # Divergence and snapshot checks (KRaft's validateOffsetAndEpoch).
@@ -1093,7 +1340,7 @@ class RaftCore:
              for voter, state in self._voter_states.items()),
             reverse=True,
         )
-        candidate = offsets[self.config.majority - 1]
+        candidate = offsets[self.voters.majority - 1]
         if candidate > self._epoch_start_offset and (
                 self._leader_high_watermark is None or candidate > self._leader_high_watermark):
             self._leader_high_watermark = candidate
@@ -1101,6 +1348,7 @@ class RaftCore:
             # Followers waiting in a long poll learn the new high watermark with the
             # next records, or within the linger bound if none come.
             self._shorten_parked(self._now_ms + self.config.high_watermark_linger_ms)
+            self._resign_if_removed(self._now_ms)
 
     def _set_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
@@ -1109,8 +1357,10 @@ class RaftCore:
 
     def _send_begin_epoch(self, voter: int, now_ms: int) -> None:
         self._voter_states[voter].begin_epoch_sent_ms = now_ms
+        described = self.voters.get(voter)
         body = m.begin_quorum_epoch_request(self.config.cluster_id, voter, self.config.node_id, self.epoch,
-                                            self._voter_tokens.get(voter))
+                                            self._voter_tokens.get(voter),
+                                            described.directory_id if described is not None else None)
         self._out_requests.append(OutboundRequest(voter, ApiKey.BEGIN_QUORUM_EPOCH, body))
 
     # -- FetchSnapshot (leader side) -------------------------------------------
@@ -1180,6 +1430,8 @@ class RaftCore:
         leader_id = partition["leader_id"]
         if self._observe_epoch(epoch, leader_id, now_ms):
             return
+        if leader_id is not None and leader_id >= 0 and leader_id != self.config.node_id:
+            self._leader_hint = leader_id
         pre_vote = m.is_pre_vote(request_body)
         if pre_vote:
             if self.role is not Role.PROSPECTIVE or request["candidate_epoch"] != self.epoch + 1:
@@ -1191,7 +1443,7 @@ class RaftCore:
             self._rejected.discard(sender_id)
         elif sender_id not in self._granted:
             self._rejected.add(sender_id)
-            if pre_vote and epoch < self.epoch:
+            if pre_vote and epoch < self.epoch and partition["error_code"] != ErrorCode.INCONSISTENT_VOTER_SET:
                 self._rejected_from_lower_epoch = True
         self._maybe_win(now_ms)
 
@@ -1201,7 +1453,7 @@ class RaftCore:
         if self.role is Role.FOLLOWER:
             return True
         # Observers without a leader ask the voters who it is.
-        return self.role is Role.UNATTACHED and not self.config.is_voter
+        return self.role is Role.UNATTACHED and not self.is_voter
 
     def _maybe_send_fetch(self, now_ms: int) -> None:
         if not self._wants_fetch() or self._fetch_in_flight is not None or now_ms < self._fetch_backoff_until_ms:
@@ -1209,9 +1461,15 @@ class RaftCore:
         if self.role is Role.FOLLOWER:
             target = self._follower_fetch_target()
         else:
-            target = self._rng.choice(sorted(self.config.voters))
+            # An observer that knows no leader asks a bootstrap server, or a voter.
+            me = self.config.node_id
+            candidates = (tuple(node for node in self.config.bootstrap_ids if node != me)
+                          or tuple(sorted(self.voters.ids - {me})))
+            target = self._rng.choice(candidates) if candidates else None
         if target is None:
-            raise RaftInvariantError("a follower without a leader fetches")
+            if self.role is Role.FOLLOWER:
+                raise RaftInvariantError("a follower without a leader fetches")
+            return
         self._fetch_target = target
         self._fetch_sent_ms = now_ms
         download = self._snapshot_download
@@ -1224,7 +1482,8 @@ class RaftCore:
             end, last_epoch = self._view_end()
             body = m.fetch_request(self.config.cluster_id, self.config.node_id, self.epoch, end, last_epoch,
                                    self.config.fetch_max_wait_ms, self.config.fetch_max_bytes,
-                                   self._leader_token if self.role is Role.FOLLOWER else None)
+                                   self._leader_token if self.role is Role.FOLLOWER else None,
+                                   self.config.directory_id)
             api_key = ApiKey.FETCH
         self._fetch_in_flight = body
         self._out_requests.append(OutboundRequest(target, api_key, body))
@@ -1238,9 +1497,9 @@ class RaftCore:
         same epoch names the old one and the next attempt goes back to it."""
         failures = self._leader_fetch_failures
         # A snapshot is downloaded from the leader only (its chunks must all be its own).
-        if self.config.is_voter or failures % 2 == 0 or self._snapshot_download is not None:
+        if self.is_voter or failures % 2 == 0 or self._snapshot_download is not None:
             return self.leader_id
-        others = sorted(v for v in self.config.voters if v != self.leader_id)
+        others = sorted(v for v in self.voters.ids if v != self.leader_id)
         if not others:
             return self.leader_id
         return others[(failures // 2) % len(others)]
@@ -1254,7 +1513,7 @@ class RaftCore:
         if self.role is not Role.FOLLOWER:
             return
         self._leader_fetch_failures += 1
-        if self.config.is_voter and self._leader_fetch_failures == LEADER_UNREACHABLE_FAILURES:
+        if self._may_campaign and self._leader_fetch_failures == LEADER_UNREACHABLE_FAILURES:
             self._campaign_early(now_ms)
 
     def _campaign_early(self, now_ms: int) -> None:
@@ -1268,7 +1527,7 @@ class RaftCore:
         if self._early_campaign == leadership:
             return
         self._early_campaign = leadership
-        others = sorted(v for v in self.config.voters if v != self.leader_id)
+        others = sorted(v for v in self.voters.ids if v != self.leader_id)
         position = others.index(self.config.node_id) if self.config.node_id in others else len(others)
         backoff = min(self.config.retry_backoff_ms * (1 << min(position, 16)), self.config.election_timeout_ms)
         self._fetch_deadline_ms = min(self._fetch_deadline_ms or now_ms + backoff, now_ms + backoff)
@@ -1311,6 +1570,7 @@ class RaftCore:
                 truncate_to = self._diverging_truncation(diverging["epoch"], diverging["end_offset"])
             elif not (snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0):
                 batches = self._decode_fetched(partition.get("records"))
+                _check_voter_records(batches)
             elif snapshot["end_offset"] < self.high_watermark:
                 raise RaftProtocolError(ErrorCode.INVALID_REQUEST, BAD_RESPONSE,
                                         f"a snapshot ending at {snapshot['end_offset']} would drop committed data "
@@ -1325,6 +1585,9 @@ class RaftCore:
         if truncate_to is not None:
             if truncate_to < self.log.end_offset:
                 self._pending_ops.append(TruncateTo(truncate_to))
+                previous = self.voters
+                self._history.truncate_from(truncate_to)
+                self._voters_changed(previous, now_ms)
         elif snapshot.get("end_offset", -1) >= 0 and snapshot.get("epoch", -1) >= 0:
             self._snapshot_download = _SnapshotDownload(SnapshotId(snapshot["end_offset"], snapshot["epoch"]), [])
         else:
@@ -1372,7 +1635,7 @@ class RaftCore:
                 continue  # already have it
             if batch.base_offset != end or batch.epoch < last_epoch or batch.epoch > self.epoch:
                 break  # a gap or a misordered batch: refetch from our end
-            self._pending_ops.append(Append(batch))
+            self._append_control_aware(batch, self._now_ms)
             end, last_epoch = batch.next_offset, batch.epoch
 
     def _handle_fetch_snapshot_response(self, request_body: Body, response_body: Body | None, now_ms: int) -> None:
@@ -1413,12 +1676,39 @@ class RaftCore:
             if self.role is Role.LEADER:
                 raise RaftInvariantError("a leader never loads a snapshot")
             self._snapshot_download = None
-            self._pending_ops.append(InstallSnapshot(download.snapshot_id, b"".join(download.chunks)))
+            data = b"".join(download.chunks)
+            try:
+                level, voter_set = self._snapshot_voters(data)
+            except RaftProtocolError:
+                self._fetch_failed(now_ms)
+                raise
+            self._pending_ops.append(InstallSnapshot(download.snapshot_id, data))
+            previous = self.voters
+            self._history.reset_to_snapshot(download.snapshot_id.end_offset - 1, level, voter_set)
+            self._voters_changed(previous, now_ms)
             # A leader only snapshots committed data.
             self._set_high_watermark(download.snapshot_id.end_offset)
         self._maybe_send_fetch(now_ms)
 
 
+def _check_voter_records(batches: list[Batch]) -> None:
+    """Fetched voter records must decode before any of the batches is taken in."""
+    for batch in batches:
+        if batch.control_type in (ControlRecordType.VOTERS, ControlRecordType.KRAFT_VERSION):
+            try:
+                voter_control_records([(batch.control_type, value) for value in batch.values])
+            except (DecodeError, ValueError) as exc:
+                raise RaftProtocolError(ErrorCode.CORRUPT_MESSAGE, BAD_RESPONSE, f"fetched voter records: {exc}") from None
+
+
+def _apply_control(history: VoterHistory, batch: Batch) -> None:
+    """What a control batch says about the voters, into `history` (KRaft writes one control
+    type per batch here; other control batches say nothing about voters)."""
+    if batch.control_type is None:
+        return
+    for index, value in enumerate(batch.values):
+        history.apply_control(batch.base_offset + index, batch.control_type, value)
+
+
 def _copy_replica(state: ReplicaState) -> ReplicaState:
-    return ReplicaState(state.end_offset, state.last_fetch_ms, state.last_caught_up_ms,
-                        state.last_sent_high_watermark, state.begin_epoch_acked, state.begin_epoch_sent_ms)
+    return dataclasses.replace(state)

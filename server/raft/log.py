@@ -21,11 +21,12 @@ Rules kept here:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from protocol.record_batch import decode_batches, encode_batch
+from protocol.record_batch import (LOG_OVERHEAD_BYTES, control_record_type, decode_batch, decode_batches,
+                                   encode_batch, peek_batch_length)
 from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, Offset, SnapshotId, end_offset_for_epoch_in
 
 
@@ -76,12 +77,21 @@ class RaftLog(Protocol):
     def read_snapshot(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes | None: ...
 
 
+# What reads a snapshot: (position, max_bytes) -> bytes (b"" or None past its end).
+SnapshotReader = Callable[[int, int], "bytes | None"]
+# A snapshot's leading control batches are small; a longer one is not a snapshot of ours.
+MAX_SNAPSHOT_CONTROL_BATCH_BYTES = 1 << 20
+
+
 class RecordsCodec(Protocol):
-    """Turns batches into the Fetch `records` field and back."""
+    """Turns batches into the Fetch `records` field and back, and finds the control records
+    (type, value) at the head of a snapshot (the voters it carries, KIP-853)."""
 
     def encode(self, batches: Sequence[Batch]) -> object: ...
 
     def decode(self, records: object) -> list[Batch]: ...
+
+    def snapshot_control_records(self, read: SnapshotReader, size: int) -> list[tuple[int, bytes]]: ...
 
 
 class PassThroughRecordsCodec:
@@ -94,6 +104,9 @@ class PassThroughRecordsCodec:
         if not records:
             return []
         return list(records)  # type: ignore[arg-type]
+
+    def snapshot_control_records(self, read: SnapshotReader, size: int) -> list[tuple[int, bytes]]:
+        return []  # the simulator's snapshots are its own (tests/sim)
 
 
 class WireRecordsCodec:
@@ -114,6 +127,29 @@ class WireRecordsCodec:
             Batch(b.base_offset, b.leader_epoch, tuple(v or b"" for v in b.values), b.control_type, b.base_timestamp_ms)
             for b in decode_batches(records, allow_partial_tail=True)
         ]
+
+    def snapshot_control_records(self, read: SnapshotReader, size: int) -> list[tuple[int, bytes]]:
+        return snapshot_control_records(read, size)
+
+
+def snapshot_control_records(read: SnapshotReader, size: int) -> list[tuple[int, bytes]]:
+    """The (control type, value) of every record in the control batches a snapshot file
+    starts with (SnapshotHeader, KRaftVersion, Voters), each record's own type."""
+    out: list[tuple[int, bytes]] = []
+    position = 0
+    # Bounded: each round moves past one batch of at least the header's size, or stops.
+    while position < size:
+        head = read(position, LOG_OVERHEAD_BYTES) or b""
+        length = peek_batch_length(head, 0, max_batch_bytes=MAX_SNAPSHOT_CONTROL_BATCH_BYTES)
+        if length is None:
+            break
+        data = read(position, length) or b""
+        batch, _ = decode_batch(data, 0, max_batch_bytes=MAX_SNAPSHOT_CONTROL_BATCH_BYTES)
+        if not batch.is_control:
+            break
+        out.extend((control_record_type(record), record.value or b"") for record in batch.records)
+        position += length
+    return out
 
 
 def _base_offset(batch: Batch) -> int:

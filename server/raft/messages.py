@@ -36,6 +36,7 @@ from protocol.errors import ErrorCode
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION = 0
 METADATA_TOPIC_ID = uuid.UUID(int=1)
+ZERO_UUID = uuid.UUID(int=0)
 
 
 class ApiKey(IntEnum):
@@ -72,7 +73,8 @@ def leader_fields(leader_id: int | None, epoch: int) -> Body:
 # -- Vote ---------------------------------------------------------------------
 
 def vote_request(cluster_id: str, voter_id: int, candidate_epoch: int, candidate_id: int,
-                 last_offset_epoch: int, last_offset: int, pre_vote: bool) -> Body:
+                 last_offset_epoch: int, last_offset: int, pre_vote: bool,
+                 voter_directory_id: uuid.UUID | None = None, candidate_directory_id: uuid.UUID | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
         "voter_id": voter_id,
@@ -84,6 +86,8 @@ def vote_request(cluster_id: str, voter_id: int, candidate_epoch: int, candidate
             "candidate_id": candidate_id,
             "last_offset_epoch": last_offset_epoch,
             "last_offset": last_offset,
+            "candidate_directory_id": candidate_directory_id or ZERO_UUID,
+            "voter_directory_id": voter_directory_id or ZERO_UUID,
         }]}],
     }
 
@@ -120,15 +124,22 @@ def voter_token(body: Body) -> int | None:
 
 
 def begin_quorum_epoch_request(cluster_id: str, voter_id: int, leader_id: int, epoch: int,
-                               token: int | None = None) -> Body:
+                               token: int | None = None, voter_directory_id: uuid.UUID | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
         "voter_id": voter_id,
         "_unknown_tagged_fields": _token_field(token),
         "topics": [{"topic_name": METADATA_TOPIC, "partitions": [{
             "partition_index": METADATA_PARTITION, "leader_id": leader_id, "leader_epoch": epoch,
+            "voter_directory_id": voter_directory_id or ZERO_UUID,
         }]}],
     }
+
+
+def addressed_directory_id(partition: Body) -> uuid.UUID | None:
+    """The directory id a Vote or BeginQuorumEpoch is addressed to (None: any)."""
+    value = partition.get("voter_directory_id")
+    return None if value is None or value == ZERO_UUID else value
 
 
 def end_quorum_epoch_request(cluster_id: str, leader_id: int, epoch: int, preferred: list[int],
@@ -157,7 +168,8 @@ def epoch_response(error: ErrorCode, partition_error: ErrorCode = ErrorCode.NONE
 # -- Fetch --------------------------------------------------------------------
 
 def fetch_request(cluster_id: str, replica_id: int, leader_epoch: int, fetch_offset: int,
-                  last_fetched_epoch: int, max_wait_ms: int, max_bytes: int, token: int | None = None) -> Body:
+                  last_fetched_epoch: int, max_wait_ms: int, max_bytes: int, token: int | None = None,
+                  directory_id: uuid.UUID | None = None) -> Body:
     return {
         "cluster_id": cluster_id,
         "_unknown_tagged_fields": _token_field(token),
@@ -173,6 +185,7 @@ def fetch_request(cluster_id: str, replica_id: int, leader_epoch: int, fetch_off
             "last_fetched_epoch": last_fetched_epoch,
             "log_start_offset": -1,
             "partition_max_bytes": max_bytes,
+            "replica_directory_id": directory_id or ZERO_UUID,
         }]}],
     }
 
@@ -224,6 +237,12 @@ def fetch_replica_id(body: Body) -> int:
     if replica is None or replica < 0:
         replica = body.get("replica_id", -1)
     return -1 if replica is None else int(replica)
+
+
+def fetch_directory_id(partition: Body) -> uuid.UUID | None:
+    """The fetching replica's directory id (Fetch v17+), None when it sent none."""
+    value = partition.get("replica_directory_id")
+    return None if value is None or value == ZERO_UUID else value
 
 
 # -- FetchSnapshot --------------------------------------------------------------

@@ -64,7 +64,7 @@ import trio
 from protocol.record_batch import decode_batch, encode_batch, peek_batch_length
 from server.observability import get_logger
 from server.raft.core import Append, InstallSnapshot, LogOp, TruncateTo
-from server.raft.log import Batch
+from server.raft.log import Batch, snapshot_control_records
 from server.storage.log import MetadataLog
 from server.storage.snapshot import SnapshotConfig, SnapshotReceiver, delete_snapshots_before, latest_snapshot
 from server.storage.snapshot import UnknownSnapshotError, read_chunk, snapshot_path
@@ -146,6 +146,9 @@ class StoredRecordsCodec:
         if not isinstance(records, (bytes, bytearray, memoryview)):
             raise TypeError(f"records must be bytes, not {type(records).__name__}")
         return list(decode_stored(records))
+
+    def snapshot_control_records(self, read, size: int) -> list[tuple[int, bytes]]:
+        return snapshot_control_records(read, size)
 
 
 @dataclass(slots=True)

@@ -47,7 +47,11 @@ class PeerRules:
 
     cluster_id: str
     node_id: int
+    # The voters in effect (the driver renews the rules when the log changes them).
     voters: frozenset[int]
+    # The voters live in the log (KIP-853): a leader a response names may be one this
+    # node has not learnt of yet, so it need not be among `voters`.
+    dynamic: bool = False
 
 
 class Refusal(NamedTuple):
@@ -102,8 +106,10 @@ def check_request(api_key: int, body: Body, rules: PeerRules) -> Refusal | None:
 
 def _voter_partition(api_key: int, body: Body, rules: PeerRules, addressed: bool) -> Body | Refusal:
     """The partition of a request only voters receive (Vote, BeginQuorumEpoch, EndQuorumEpoch)."""
-    if rules.node_id not in rules.voters:
+    if rules.node_id not in rules.voters and not rules.dynamic:
         # Candidates and leaders address voters only; an observer learns the leader by fetching.
+        # In a dynamic quorum this node may be a voter its log does not name yet (or no longer):
+        # the core answers (no vote; the leader it knows), which is how a removed voter learns.
         return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, "this node is not a voter")
     if addressed:
         refusal = _check_addressee(api_key, body, rules)
@@ -129,7 +135,7 @@ def _check_vote(body: Body, rules: PeerRules) -> Refusal | None:
         return _refuse(api_key, ErrorCode.INVALID_REQUEST,
                        f"last offset {last_offset} in epoch {last_epoch} for candidate epoch {candidate_epoch}")
     candidate = partition["candidate_id"]
-    if candidate not in rules.voters:
+    if candidate not in rules.voters and not rules.dynamic:
         return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, f"candidate {candidate} is not a voter")
     if candidate == rules.node_id:
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, "a vote request in this node's own name")
@@ -145,6 +151,8 @@ def _check_epoch_announcement(api_key: int, body: Body, rules: PeerRules) -> Ref
     epoch, leader = partition["leader_epoch"], partition["leader_id"]
     if not _epoch_ok(epoch):
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, f"leader epoch {epoch} out of range")
+    # Also in a dynamic quorum: a node behind on the voters ignores a leader it does not know
+    # yet (it finds it by fetching and pre-voting), so no stranger can make it follow.
     if leader not in rules.voters:
         return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, f"leader {leader} is not a voter")
     if leader == rules.node_id:
@@ -153,7 +161,7 @@ def _check_epoch_announcement(api_key: int, body: Body, rules: PeerRules) -> Ref
         successors = list(partition.get("preferred_successors") or [])
         successors += [c["candidate_id"] for c in partition.get("preferred_candidates") or []]
         strangers = sorted({node for node in successors if node not in rules.voters})
-        if strangers:
+        if strangers and not rules.dynamic:
             return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, f"successors {strangers} are not voters")
     return None
 
@@ -199,7 +207,7 @@ def _check_fetch_snapshot(body: Body, rules: PeerRules) -> Refusal | None:
 
 def _leader_ok(leader: Any, epoch: Any, rules: PeerRules) -> bool:
     """A (leader id, epoch) a responder reports: -1/None for unknown, else a voter; epoch -1 or in range."""
-    if leader is not None and leader != -1 and leader not in rules.voters:
+    if leader is not None and leader != -1 and (leader < 0 if rules.dynamic else leader not in rules.voters):
         return False
     return epoch == -1 or _epoch_ok(epoch)
 

@@ -22,8 +22,9 @@ Rules kept here:
   `.part` leftovers of a crash at start-up.
 - Verified on read: every batch's CRC, offsets contiguous from 0, the epoch of
   every batch equal to the id's (neither is covered by the CRC), the header
-  first, the footer last with nothing after it, only known control types in
-  between. Any failure is `CorruptSnapshotError` naming the file and the byte;
+  first (in its batch only KRaftVersion/Voters may follow it, as Kafka writes
+  them: `SnapshotContents.header_records`), the footer last with nothing after
+  it, only known control types in between. Any failure is `CorruptSnapshotError` naming the file and the byte;
   the caller falls back to an older snapshot or fetches one from the leader.
 - Bounded: batches at most `max_batch_bytes` / `max_records_per_batch`; a read
   refuses files above `max_snapshot_bytes`; `read_chunk` returns at most
@@ -129,6 +130,10 @@ class SnapshotContents:
     last_contained_log_timestamp_ms: int
     records: tuple[SnapshotRecord, ...]
     size_bytes: int
+    # Control records that share the SnapshotHeader's batch: Kafka's snapshot writer puts
+    # KRaftVersion and the VotersRecord there (KIP-853). They are the raft layer's, so they
+    # are kept apart from `records` (which a controller replays).
+    header_records: tuple[SnapshotRecord, ...] = ()
 
     @property
     def values(self) -> list[bytes]:
@@ -384,6 +389,7 @@ class SnapshotWriter:
 def parse_snapshot(data: bytes, snapshot_id: SnapshotId, source: str = "snapshot") -> SnapshotContents:
     """Verifies the bytes of a whole snapshot (module docstring) and returns its contents."""
     records: list[SnapshotRecord] = []
+    header_records: list[SnapshotRecord] = []
     position = 0
     expected_offset = 0
     timestamp_ms: int | None = None
@@ -409,10 +415,15 @@ def parse_snapshot(data: bytes, snapshot_id: SnapshotId, source: str = "snapshot
         except DecodeError as exc:
             raise CorruptSnapshotError(f"{where}: {exc}") from None
         if batch_index == 0:
-            if types != [ControlRecordType.SNAPSHOT_HEADER]:
-                raise CorruptSnapshotError(f"{source}: does not start with a single SnapshotHeader control record")
+            if types[:1] != [ControlRecordType.SNAPSHOT_HEADER] or not set(types[1:]) <= _INNER_CONTROL_TYPES:
+                raise CorruptSnapshotError(f"{source}: does not start with a SnapshotHeader control record (followed "
+                                           "by nothing but KRaftVersion and Voters records in its batch)")
             header = _decode_control(SNAPSHOT_HEADER_RECORD, batch.records[0].value, where)
             timestamp_ms = header.last_contained_log_timestamp
+            for record, control_type in zip(batch.records[1:], types[1:]):
+                if record.value is None:
+                    raise CorruptSnapshotError(f"{where}: record at offset {record.offset} has a null value")
+                header_records.append(SnapshotRecord(record.value, control_type, record.headers))
         elif types == [ControlRecordType.SNAPSHOT_FOOTER]:
             _decode_control(SNAPSHOT_FOOTER_RECORD, batch.records[0].value, where)
             footer_at = position
@@ -431,7 +442,7 @@ def parse_snapshot(data: bytes, snapshot_id: SnapshotId, source: str = "snapshot
     if footer_at is None:
         raise CorruptSnapshotError(f"{source}: no SnapshotFooter (the snapshot is incomplete)")
     assert timestamp_ms is not None
-    return SnapshotContents(snapshot_id, timestamp_ms, tuple(records), len(data))
+    return SnapshotContents(snapshot_id, timestamp_ms, tuple(records), len(data), tuple(header_records))
 
 
 def _decode_control(message, value: bytes | None, where: str):

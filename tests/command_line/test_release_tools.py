@@ -14,9 +14,8 @@ import structlog
 
 from cli import release_tools as rt
 from cli.main import main
-from protocol.record_batch import decode_batches
-from protocol.records import decode_metadata_record
 from server.controller import features as ft
+from server.storage.bootstrap import read_bootstrap
 from server.storage.meta_properties import random_uuid_string, read_meta_properties
 
 ELR = "eligible.leader.replicas.version"
@@ -202,11 +201,9 @@ def fmt(tmp_path, capsys):
             structlog.reset_defaults()
         out, err = capsys.readouterr()
         levels = None
-        checkpoint = directory / "bootstrap.checkpoint"
-        if checkpoint.exists():
-            records = [decode_metadata_record(r.value) for batch in decode_batches(checkpoint.read_bytes())
-                       for r in batch.records]
-            levels = {r.data["name"]: r.data["feature_level"] for r in records if "feature_level" in r.data}
+        bootstrap = read_bootstrap(directory)
+        if bootstrap is not None:
+            levels = {r.data["name"]: r.data["feature_level"] for r in bootstrap.records if "feature_level" in r.data}
         if status != 0:
             # A refusal formats nothing: no meta.properties, no bootstrap records.
             assert levels is None and (not directory.exists() or read_meta_properties(directory) is None)

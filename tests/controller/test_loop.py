@@ -51,6 +51,19 @@ async def running(config: ServerConfig, before_start=None):
         nursery.cancel_scope.cancel()
 
 
+def acknowledged_then_reregistered(restarted: ControllerNode, acknowledged: dict) -> dict:
+    """What a restarted lone controller's image must be: exactly the acknowledged one,
+    plus the one record the new process wrote before it reported started — its own
+    RegisterControllerRecord under a new incarnation id (KIP-919)."""
+    own = restarted.state.controller_registration(restarted.config.node_id)
+    assert own is not None and own.incarnation_id != acknowledged["controllers"][restarted.config.node_id].incarnation_id
+    # Its offset comes after the new leader's LeaderChange control record.
+    offset = restarted.state.last_applied_offset
+    assert offset > acknowledged["last_applied_offset"]
+    return {**acknowledged, "controllers": {**acknowledged["controllers"], restarted.config.node_id: own},
+            "last_applied_offset": offset}
+
+
 def upgrade(level: int):
     request = features_request([("metadata.version", level, cmd.UPGRADE)])
     return lambda state, tracker, next_offset, now_ms: cmd.update_features(state, request, 2, node_config)
@@ -88,7 +101,7 @@ async def test_restart_replays_exactly_the_acknowledged_state(tmp_path):
     async with running(config) as restarted:
         # A new leader epoch; the state is exactly what was acknowledged before.
         assert restarted.raft_driver.epoch > first_epoch
-        assert restarted.state.snapshot() == snapshot
+        assert restarted.state.snapshot() == acknowledged_then_reregistered(restarted, snapshot)
         assert restarted.state.broker(7).incarnation_id == incarnation
         assert restarted.state.broker(7).epoch == registered.response["broker_epoch"]
 
@@ -131,7 +144,7 @@ async def test_group_commit_shares_proposals_between_concurrent_writers(tmp_path
         assert len({b.epoch for b in node.state.brokers.values()}) == 40
         snapshot = node.state.snapshot()
     async with running(config) as restarted:
-        assert restarted.state.snapshot() == snapshot
+        assert restarted.state.snapshot() == acknowledged_then_reregistered(restarted, snapshot)
 
 
 async def test_readers_never_see_records_before_they_are_committed(tmp_path):
@@ -212,7 +225,7 @@ async def test_snapshots_are_taken_by_size_and_a_restart_recovers_from_them(tmp_
         assert node.metadata_log.start_offset <= snapshots[-1].end_offset
         expected = node.state.snapshot()
     async with running(config) as restarted:
-        assert restarted.state.snapshot() == expected
+        assert restarted.state.snapshot() == acknowledged_then_reregistered(restarted, expected)
         assert restarted.state.metadata_version == 21
         assert restarted.state.broker(5).incarnation_id == incarnation
 

@@ -27,17 +27,18 @@ def describe_lines(controller) -> dict[str, str]:
 
 
 def test_features_describe(controller):
-    # Epoch 1: offset 0 is the quorum leader's LeaderChange record, the bootstrap record is 1.
+    # Epoch 2: offset 0 is the quorum leader's LeaderChange record, the bootstrap record is 1,
+    # the controller's own registration (ControllerRegistration) is 2.
     lines = describe_lines(controller)
     assert lines["Feature: metadata.version"] == (
         "Feature: metadata.version\tSupportedMinVersion: 3.0-IV1\tSupportedMaxVersion: 4.4-IV2\t"
-        "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1")
+        "FinalizedVersionLevel: 3.7-IV4\tEpoch: 2")
     assert lines["Feature: group.version"] == (
         "Feature: group.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\t"
-        "FinalizedVersionLevel: -\tEpoch: 1")
+        "FinalizedVersionLevel: -\tEpoch: 2")
     assert lines["Feature: share.version"] == (
         "Feature: share.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 2\t"
-        "FinalizedVersionLevel: -\tEpoch: 1")
+        "FinalizedVersionLevel: -\tEpoch: 2")
     assert set(lines) == {"Feature: group.version", "Feature: kraft.version", "Feature: metadata.version",
                           "Feature: transaction.version", "Feature: eligible.leader.replicas.version",
                           "Feature: share.version", "Feature: streams.version"}
@@ -46,13 +47,13 @@ def test_features_describe(controller):
 def test_upgrade_dry_run_then_upgrade_then_lossless_downgrade(controller):
     dry = features(controller, "upgrade", "--metadata", "3.9-IV0", "--dry-run")
     assert (dry.returncode, dry.stdout) == (0, "metadata.version can be upgraded to 3.9-IV0.\n")
-    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1" in describe_lines(controller)["Feature: metadata.version"]
+    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 2" in describe_lines(controller)["Feature: metadata.version"]
 
     done = features(controller, "upgrade", "--metadata", "3.9-IV0")
     assert (done.returncode, done.stdout) == (0, "metadata.version was upgraded to 3.9-IV0.\n")
     line = describe_lines(controller)["Feature: metadata.version"]
     assert "FinalizedVersionLevel: 3.9-IV0\t" in line
-    assert not line.endswith("Epoch: 1")
+    assert not line.endswith("Epoch: 2")
 
     down = features(controller, "downgrade", "--metadata", "3.8-IV0")
     assert (down.returncode, down.stdout) == (0, "metadata.version was downgraded to 3.8-IV0.\n")
@@ -74,7 +75,7 @@ def test_lossy_downgrade_is_refused_safe_and_shown_then_done_unsafe(controller):
         "metadata.version can be downgraded to 3.7-IV1.",
         "UNSAFE downgrade of metadata.version from 3.7-IV4 to 3.7-IV1 drops: no metadata this cluster holds.",
     ]
-    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 1" in describe_lines(controller)["Feature: metadata.version"]
+    assert "FinalizedVersionLevel: 3.7-IV4\tEpoch: 2" in describe_lines(controller)["Feature: metadata.version"]
     # Not a terminal (captured output): no confirmation is asked.
     done = features(controller, "downgrade", "--metadata", "3.7-IV1", "--unsafe")
     assert done.returncode == 0
@@ -123,18 +124,19 @@ def test_metadata_quorum_describe(controller):
     assert fields["LeaderId"] == "1"
     assert fields["LeaderEpoch"] == "1"
     assert int(fields["HighWatermark"]) >= 1
-    assert fields["CurrentVoters"] == "[1]"
+    # Kafka's layout: a static voter has no directory id; its endpoint is the controller listener.
+    assert fields["CurrentVoters"] == f'[{{"id": 1, "endpoints": ["CONTROLLER://{controller.address}"]}}]'
     assert fields["CurrentObservers"] == "[]"
     assert fields["MaxFollowerLag"] == "0" and fields["MaxFollowerLagTimeMs"] == "0"
 
     replication = run_cli("metadata-quorum", "describe", "--replication", "--bootstrap-server", controller.address)
     assert replication.returncode == 0, replication.stderr
     header, *rows = replication.stdout.splitlines()
-    assert header.split("\t") == ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp",
-                                   "Status"]
-    node_id, log_end_offset, lag, _, _, status = rows[0].split("\t")
-    assert (node_id, lag, status) == ("1", "0", "Leader")
-    assert int(log_end_offset) == int(fields["HighWatermark"])
+    assert [cell.strip() for cell in header.split("\t") if cell.strip()] == [
+        "NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
+    node_id, directory_id, log_end_offset, lag, _, _, status = (cell.strip() for cell in rows[0].split("\t")[:7])
+    assert (node_id, directory_id, lag, status) == ("1", "AAAAAAAAAAAAAAAAAAAAAA", "0", "Leader")
+    assert int(log_end_offset) >= int(fields["HighWatermark"])
 
 
 def test_unreachable_controller_exits_1_with_advice():
@@ -153,7 +155,10 @@ def test_storage_format_refuses_an_already_formatted_directory(tmp_path):
     first = run_cli("storage", "format", "--cluster-id", cluster_id, "--metadata-version", "3.7-IV4",
                     "--log-dir", str(log_dir))
     assert first.returncode == 0, first.stderr
-    assert first.stdout == f"Formatting metadata directory {log_dir} with metadata.version 3.7-IV4.\n"
+    # Kafka's two lines: the bootstrap records, then the directory.
+    assert first.stdout.startswith("Bootstrap metadata: BootstrapMetadata(records=[ApiMessageAndVersion("
+                                   "FeatureLevelRecord(name='metadata.version', featureLevel=19) at version 0)")
+    assert first.stdout.splitlines()[1:] == [f"Formatting metadata directory {log_dir} with metadata.version 3.7-IV4."]
     before = sorted((p.name, p.read_bytes()) for p in log_dir.iterdir() if p.is_file())
 
     again = run_cli("storage", "format", "--cluster-id", new_cluster_id(), "--log-dir", str(log_dir))
@@ -196,7 +201,7 @@ def test_controller_refuses_a_directory_of_another_node(tmp_path):
 def test_controller_refuses_a_first_start_without_bootstrap_records(tmp_path):
     log_dir = tmp_path / "metadata"
     format_directory(log_dir)
-    (log_dir / "bootstrap.checkpoint").unlink()
+    (log_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").unlink()
     result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0",
                      "--port-file", str(tmp_path / "port"), timeout_s=30)
     assert result.returncode == 1
@@ -208,13 +213,13 @@ def test_controller_refuses_a_first_start_without_bootstrap_records(tmp_path):
 def test_controller_refuses_a_corrupt_bootstrap_checkpoint(tmp_path):
     log_dir = tmp_path / "metadata"
     format_directory(log_dir)
-    checkpoint = log_dir / "bootstrap.checkpoint"
+    checkpoint = log_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint"
     data = bytearray(checkpoint.read_bytes())
     data[-1] ^= 0xFF  # breaks the batch CRC
     checkpoint.write_bytes(bytes(data))
     result = run_cli("controller", "--log-dir", str(log_dir), "--listener", "127.0.0.1:0", timeout_s=30)
     assert result.returncode == 1
-    assert "bootstrap.checkpoint is corrupt" in result.stderr
+    assert "00000000000000000000-0000000000.checkpoint is corrupt" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -236,7 +241,7 @@ def test_second_controller_on_a_directory_in_use_exits_1_without_a_traceback(con
     # An operator error, not a crash: one "Error: ..." line, like every other refusal.
     assert "Traceback" not in result.stderr, result.stderr
     controller.assert_alive()
-    assert describe_lines(controller)["Feature: metadata.version"].endswith("Epoch: 1")
+    assert describe_lines(controller)["Feature: metadata.version"].endswith("Epoch: 2")
 
 
 def test_a_controller_that_cannot_run_the_finalized_metadata_version_refuses_to_start(tmp_path):

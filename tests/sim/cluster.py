@@ -27,10 +27,13 @@ Rules kept here:
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import heapq
 import random
 import struct
 import traceback
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,10 +50,14 @@ from server.raft.core import (
     Role,
     TruncateTo,
 )
+from protocol.record_batch import ControlRecordType
 from server.raft.log import PassThroughRecordsCodec, WireRecordsCodec
 from server.raft.messages import WIRE_VERSIONS, ApiKey
 from server.raft.quorum_state import MemoryQuorumStateStore, QuorumStateError
 from server.raft.validate import INT32_MAX, PeerRules, Refusal, check_request, check_response, refusal_response
+from server.voters import (KRAFT_VERSION_MAX, KRAFT_VERSION_MIN, Voter, VoterSet, decode_voters_record,
+                                encode_kraft_version_record, encode_voters_record)
+from server.raft.log import Batch
 from server.values import SnapshotId
 
 from .hostile import HostileNode
@@ -65,6 +72,8 @@ EPOCH_IN_RANGE = "EpochInRange"
 QUORUM_STATE_TRANSITION = "QuorumStateTransition"
 MONOTONIC_HIGH_WATERMARK = "MonotonicHighWatermark"
 MAJORITY_REACHED_HIGH_WATERMARK = "MajorityReachedHighWatermark"
+# KIP-853: committed voter sets differ by at most one voter, so their majorities intersect.
+ONE_VOTER_CHANGE_AT_A_TIME = "OneVoterChangeAtATime"
 CONSISTENT_COMMITTED_DATA = "ConsistentCommittedData"
 SNAPSHOT_AT_LOG_START = "SnapshotAtLogStart"
 NO_CRASH = "NoCrash"
@@ -109,6 +118,9 @@ class SimConfig:
     # None, or who the hostile node claims to be: "own" (an id of its own),
     # "voter" (it impersonates a voter) or "observer" (an observer's id).
     hostile: str | None = None
+    # KIP-853: kraft.version 1, the voters in the log (every node's log starts with the
+    # initial set, as a formatted bootstrap would), and voter changes among the faults.
+    dynamic: bool = False
     max_events: int = 400_000
 
 
@@ -117,11 +129,16 @@ HOSTILE_IDENTITIES = ("own", "voter", "observer")
 HOSTILE_SHARE = 0.25
 
 
+# The share of sweep seeds with a dynamic quorum, and the voter changes they add to their faults.
+DYNAMIC_SHARE = 0.3
+VOTER_FAULTS = ("add_voter", "add_voter", "remove_voter", "remove_leader")
+
+
 def random_sim_config(rng: random.Random) -> SimConfig:
     voters = rng.choice((3, 3, 5))
     all_faults = ("partition", "isolate_leader", "back_to_back", "kill", "kill_leader", "shutdown",
                   "wipe", "kill_all", "snapshot", "snapshot")
-    return SimConfig(
+    config = SimConfig(
         voters=voters,
         observers=rng.choice((0, 0, 1, 2)),
         fault_duration_ms=rng.randrange(500, 1500),
@@ -137,6 +154,14 @@ def random_sim_config(rng: random.Random) -> SimConfig:
         hostile=rng.choice(HOSTILE_IDENTITIES) if rng.random() < HOSTILE_SHARE else None,
         refuse_when_down=rng.random() < 0.5,
     )
+    if rng.random() < DYNAMIC_SHARE:
+        # Drawn after everything else, so the static seeds keep their configurations.
+        voter_faults = tuple(rng.choice(VOTER_FAULTS) for _ in range(rng.randrange(1, 5)))
+        # Pre-vote too, as Kafka 4 always has it: without it a voter that was removed and does not
+        # know it raises its epoch at every timeout, above the quorum's, and can never come back.
+        config = dataclasses.replace(config, dynamic=True, observers=max(config.observers, 1),
+                                     faults=config.faults + voter_faults, pre_vote=True)
+    return config
 
 
 # -- snapshots in the sim: the committed entries themselves, length-prefixed ------
@@ -150,6 +175,22 @@ def encode_snapshot(entries: list[tuple[int, int, bytes, int | None]]) -> bytes:
         out += _ENTRY.pack(offset, epoch, -1 if control is None else control)
         out += struct.pack(">I", len(value)) + value
     return bytes(out)
+
+
+def snapshot_voter_records(read, size: int) -> list[tuple[int, bytes]]:
+    """The core's view of a sim snapshot's control records: every voter record it holds, in order."""
+    return [(control, value) for _, _, value, control in decode_snapshot(read(0, size) or b"")
+            if control in (ControlRecordType.KRAFT_VERSION, ControlRecordType.VOTERS)]
+
+
+class SimPassThroughCodec(PassThroughRecordsCodec):
+    def snapshot_control_records(self, read, size: int) -> list[tuple[int, bytes]]:
+        return snapshot_voter_records(read, size)
+
+
+class SimWireCodec(WireRecordsCodec):
+    def snapshot_control_records(self, read, size: int) -> list[tuple[int, bytes]]:
+        return snapshot_voter_records(read, size)
 
 
 def decode_snapshot(data: bytes) -> list[tuple[int, int, bytes, int | None]]:
@@ -209,8 +250,15 @@ class Simulation:
         voter_ids = list(range(1, cfg.voters + 1))
         observer_ids = list(range(cfg.voters + 1, cfg.voters + cfg.observers + 1))
         self.voter_ids = frozenset(voter_ids)
-        self.nodes = {i: Node(i, True, PeerRules(CLUSTER_ID, i, self.voter_ids)) for i in voter_ids}
-        self.nodes.update({i: Node(i, False, PeerRules(CLUSTER_ID, i, self.voter_ids)) for i in observer_ids})
+        dynamic = cfg.dynamic
+        self.nodes = {i: Node(i, True, PeerRules(CLUSTER_ID, i, self.voter_ids, dynamic)) for i in voter_ids}
+        self.nodes.update({i: Node(i, False, PeerRules(CLUSTER_ID, i, self.voter_ids, dynamic)) for i in observer_ids})
+        self.directory_ids = {i: uuid.UUID(int=random.Random(f"{seed}/directory/{i}").getrandbits(128))
+                              for i in self.nodes}
+        self.initial_voters = VoterSet(tuple(self.voter_of(i) for i in voter_ids))
+        if dynamic:
+            for node in self.nodes.values():
+                self.write_bootstrap(node)
         self.blocked: set[tuple[int, int]] = set()
         self.drop_rate = cfg.drop_rate
         self.duplicate_rate = cfg.duplicate_rate
@@ -219,6 +267,7 @@ class Simulation:
         self.max_leader_hw_by_epoch: dict[int, int] = {}
         self.committed: dict[int, tuple[int, bytes, int | None]] = {}
         self.committed_end = 0
+        self.committed_voter_offsets: list[int] = []
         # The largest high watermark any leader reported, and whether the
         # majority check must run again (a log lost data or the watermark moved).
         self.committed_hw = 0
@@ -227,7 +276,7 @@ class Simulation:
         self.proposals: list[tuple[int, int, bytes]] = []
         self.value_counter = 0
         self.proposing = True
-        self.codec = WireRecordsCodec() if cfg.wire_codec else PassThroughRecordsCodec()
+        self.codec = SimWireCodec() if cfg.wire_codec else SimPassThroughCodec()
         self.trace: list[str] = []
         self.stats: dict[str, int] = {}
         # Nodes that handled something since the last invariant check, in the
@@ -255,10 +304,23 @@ class Simulation:
     def count(self, name: str) -> None:
         self.stats[name] = self.stats.get(name, 0) + 1
 
+    def voter_of(self, node_id: int) -> Voter:
+        return Voter(node_id, self.directory_ids[node_id], (), KRAFT_VERSION_MIN, KRAFT_VERSION_MAX)
+
+    def write_bootstrap(self, node: Node) -> None:
+        """What a dynamic quorum's format gives every node: kraft.version 1 and the first voters,
+        as the first (committed, epoch 0) entries of the log."""
+        node.log.append(Batch(0, 0, (encode_kraft_version_record(1),), int(ControlRecordType.KRAFT_VERSION)))
+        node.log.append(Batch(1, 0, (encode_voters_record(self.initial_voters),), int(ControlRecordType.VOTERS)))
+        node.log.flush()
+
     def raft_config(self, node: Node) -> RaftConfig:
         cfg = self.config
         return RaftConfig(
-            node_id=node.node_id, voters=self.voter_ids, cluster_id=CLUSTER_ID,
+            # A dynamic quorum's nodes have no static voters: only their logs name them.
+            node_id=node.node_id, voters=frozenset() if cfg.dynamic else self.voter_ids, cluster_id=CLUSTER_ID,
+            directory_id=self.directory_ids[node.node_id] if cfg.dynamic else None,
+            bootstrap_ids=tuple(sorted(self.voter_ids)) if cfg.dynamic else (),
             election_timeout_ms=cfg.election_timeout_ms,
             fetch_timeout_ms=cfg.fetch_timeout_ms if node.node_id in self.voter_ids or cfg.observer_fetch_timeout_ms
             is None else cfg.observer_fetch_timeout_ms,
@@ -277,6 +339,9 @@ class Simulation:
         node.checked_state = node.checked_stored = None
         rng = random.Random(f"{self.seed}/{node.node_id}/{node.incarnation}")
         node.core = self.core_class(self.raft_config(node), node.log, node.store.read(), rng, self.now, self.codec)
+        if self.config.dynamic:
+            node.rules = PeerRules(CLUSTER_ID, node.node_id, node.core.voters.ids, dynamic=True)
+            node.is_voter = node.core.is_voter
         self.drain(node)
 
     def stop_node(self, node: Node, graceful: bool) -> None:
@@ -313,6 +378,10 @@ class Simulation:
             if ready.role_change is not None:
                 change = ready.role_change
                 self.note(f"node {node.node_id} -> {change.role.value} epoch {change.epoch} leader {change.leader_id}")
+            if ready.voter_set is not None:
+                node.rules = PeerRules(CLUSTER_ID, node.node_id, ready.voter_set.ids, dynamic=True)
+                node.is_voter = core.is_voter
+                self.note(f"node {node.node_id} voters {sorted(ready.voter_set.ids)}")
             state = ready.quorum_state
             if state is not None:
                 # Checked before the store sees it: the store refuses these too,
@@ -556,6 +625,18 @@ class Simulation:
         leaders = [node for node in self.up() if node.core.role is Role.LEADER]
         return max(leaders, key=lambda node: node.core.epoch) if leaders else None
 
+    def stranded(self, node: Node, leader: Node) -> bool:
+        """A node the leader does not count as a voter that a hostile node left above the
+        quorum's epoch (it voted there while a voter, then a truncation or a removal it may
+        not know of took it out). Its epoch may not go back (it voted in it), and only the
+        voters' elections raise the quorum's, which a node outside the voters must not
+        force: it waits for the next election. Only with a hostile node and a dynamic quorum."""
+        stuck = (self.hostile is not None and self.config.dynamic and node.node_id not in leader.core.voters.ids
+                 and node.core.epoch > leader.core.epoch)
+        if stuck:
+            self.stats["stranded_observer"] = 1
+        return stuck
+
     def describe_laggards(self) -> str:
         leader = self.current_leader()
         if leader is None or leader.core.leader_high_watermark is None:
@@ -564,7 +645,7 @@ class Simulation:
         laggards = [
             f"{'voter' if node.is_voter else 'observer'} {node.node_id} ({node.core.role.value}, epoch "
             f"{node.core.epoch}, high watermark {node.core.high_watermark})"
-            for node in self.up() if node.core.high_watermark < target
+            for node in self.up() if node.core.high_watermark < target and not self.stranded(node, leader)
         ]
         return (f"leader {leader.node_id} (epoch {leader.core.epoch}, high watermark {target}); behind: "
                 + ", ".join(laggards))
@@ -657,10 +738,26 @@ class Simulation:
         committed = self.committed_hw
         if not committed:
             return
-        holders = sum(1 for voter in self.voter_ids if self.holds(self.nodes[voter], committed))
-        if holders < len(self.voter_ids) // 2 + 1:
-            self.fail(f"high watermark {committed} is durable on only {holders} voters",
-                      MAJORITY_REACHED_HIGH_WATERMARK)
+        if not self.config.dynamic:
+            holders = sum(1 for voter in self.voter_ids if self.holds(self.nodes[voter], committed))
+            if holders < len(self.voter_ids) // 2 + 1:
+                self.fail(f"high watermark {committed} is durable on only {holders} voters",
+                          MAJORITY_REACHED_HIGH_WATERMARK)
+            return
+        # The commit was counted by the set in effect at the leader then: the one at the
+        # committed offset, or one change later (a change needs the previous one committed).
+        sets = {self.committed_voters_at(committed - 1)} | {node.core.voters for node in self.up()}
+        counts = {voter_set: sum(1 for voter in voter_set.ids if self.holds(self.nodes[voter], committed))
+                  for voter_set in sets}
+        if not any(count >= voter_set.majority for voter_set, count in counts.items()):
+            self.fail(f"high watermark {committed} is durable on no majority of the voter sets "
+                      f"{[(sorted(v.ids), n) for v, n in counts.items()]}", MAJORITY_REACHED_HIGH_WATERMARK)
+
+    def committed_voters_at(self, offset: int) -> VoterSet:
+        index = bisect.bisect_right(self.committed_voter_offsets, offset) - 1
+        if index < 0:
+            return self.initial_voters
+        return decode_voters_record(self.committed[self.committed_voter_offsets[index]][1])
 
     def holds(self, node: Node, offset: int) -> bool:
         """The node's durable log holds the committed prefix [0, offset) (log matching: the last epoch agrees)."""
@@ -697,6 +794,8 @@ class Simulation:
         known = self.committed.get(offset)
         if known is None:
             self.committed[offset] = entry
+            if entry[2] == ControlRecordType.VOTERS:
+                bisect.insort(self.committed_voter_offsets, offset)
             if offset >= self.committed_end:
                 self.committed_end = offset + 1
         elif known != entry:
@@ -764,10 +863,37 @@ class Simulation:
             self.try_wipe(duration)
         elif name == "snapshot":
             self.take_snapshot(self.nodes[rng.choice(ids)])
+        elif name in ("add_voter", "remove_voter", "remove_leader") and leader is not None:
+            self.change_voters(leader, name)
+
+    def change_voters(self, leader: Node, name: str) -> None:
+        """A voter change as an operator asks for it: the leader may refuse (one at a time,
+        not caught up, ...); the invariants must hold either way."""
+        core = leader.core
+        voters = core.voters
+        if name == "add_voter":
+            candidates = sorted(i for i in self.nodes if i not in voters.ids)
+            if not candidates:
+                return
+            result = core.add_voter(self.voter_of(self.rng.choice(candidates)), self.now)
+        else:
+            target = leader.node_id if name == "remove_leader" else self.rng.choice(sorted(voters.ids))
+            voter = voters.get(target)
+            result = core.remove_voter(target, voter.directory_id if voter else self.directory_ids[target], self.now)
+        self.count(f"{name}_{'appended' if isinstance(result, int) else 'refused'}")
+        self.note(f"{name}: {result}")
+        self.drain(leader)
     def try_wipe(self, duration_ms: int) -> None:
         """Disk loss, only where Raft without KIP-853 survives it (see the module README in run.py)."""
         target = self.nodes[self.rng.choice(sorted(self.nodes))]
-        if target.is_voter:
+        if self.config.dynamic:
+            # KIP-853 keeps a wiped voter from voting (its new directory id is not the voter's),
+            # but the quorum cannot replace it without an operator: wipe only non-voters, which
+            # come back as new observers an operator may add.
+            if any(target.node_id in node.core.voters.ids for node in self.up()) or target.core is None:
+                return
+            self.directory_ids[target.node_id] = uuid.UUID(int=self.rng.getrandbits(128))
+        elif target.is_voter:
             leader = self.current_leader()
             if leader is None or leader.core.leader_high_watermark is None:
                 return
@@ -875,7 +1001,7 @@ class Simulation:
             if leader is None or leader.core.leader_high_watermark is None:
                 continue
             target = leader.core.leader_high_watermark
-            if all(node.core.high_watermark >= target for node in self.up()):
+            if all(node.core.high_watermark >= target for node in self.up() if not self.stranded(node, leader)):
                 break
         else:
             self.fail(f"nodes did not catch up with the leader after healing: {self.describe_laggards()}", LIVENESS)
@@ -896,6 +1022,8 @@ class Simulation:
             if have.get(offset) != self.committed[offset]:
                 self.fail(f"committed offset {offset} lost: leader has {have.get(offset)}, "
                           f"committed {self.committed[offset]}", CONSISTENT_COMMITTED_DATA)
+        if self.config.dynamic:
+            self.check_voter_changes()
         # Every proposal acknowledged (committed at its offset and epoch) is present.
         committed_values = {entry[1] for entry in self.committed.values()}
         for offset, epoch, value in self.proposals:
@@ -905,6 +1033,19 @@ class Simulation:
                           CONSISTENT_COMMITTED_DATA)
             if entry is not None and entry[0] == epoch:
                 assert value in committed_values
+
+
+    def check_voter_changes(self) -> None:
+        previous, previous_offset = self.initial_voters, -1
+        for offset in range(self.committed_end):
+            entry = self.committed[offset]
+            if entry[2] != ControlRecordType.VOTERS:
+                continue
+            voter_set = decode_voters_record(entry[1])
+            if not voter_set.overlaps_majority_of(previous):
+                self.fail(f"committed voter set {sorted(voter_set.ids)} at {offset} changes more than one voter "
+                          f"of {sorted(previous.ids)} at {previous_offset}", ONE_VOTER_CHANGE_AT_A_TIME)
+            previous, previous_offset = voter_set, offset
 
 
 def run_seed(seed: int, config: SimConfig | None = None) -> Simulation:

@@ -278,7 +278,7 @@ def test_an_observer_follows_the_new_leader_long_before_its_fetch_timeout():
                         observer_fetch_timeout_ms=10_000)
     sim.run_until(3000)
     old = leader_of(sim)
-    observer = next(node for node in sim.up() if not node.core.config.is_voter)
+    observer = next(node for node in sim.up() if not node.core.is_voter)
     assert observer.core.leader_id == old.node_id
     sim.stop_node(old, graceful=False)
     killed_at, elected_at = sim.now, None
