@@ -116,10 +116,6 @@ class QuorumPlan:
         return None
 
 
-def _controller_listener_name(config: ServerConfig) -> str:
-    return config.controller_listener_names[0] if config.controller_listener_names else config.listener.name
-
-
 def _raw_hosts(text: str | None) -> dict[str, str]:
     """Listener name -> host as written (empty when the listener names no host)."""
     hosts: dict[str, str] = {}
@@ -250,7 +246,7 @@ def write_formatted_directory(config: ServerConfig, directory: Path, plan: Quoru
     if not config.is_broker:
         voters = None
         if plan.voters is not None and kraft_version >= 1:
-            voters = bootstrap_voters(plan.voters, _controller_listener_name(config))
+            voters = bootstrap_voters(plan.voters, config.controller_listener_name)
         write_bootstrap_snapshot(directory, records, kraft_version=kraft_version, voters=voters)
     return plan.own_directory_id(config.node_id)
 

@@ -333,6 +333,12 @@ class ServerConfig:
     def is_broker(self) -> bool:
         return "broker" in self.process_roles
 
+    @property
+    def controller_listener_name(self) -> str:
+        """The listener controllers reach each other on (Kafka: the first of
+        controller.listener.names), whose endpoint a voter is known by (KIP-853)."""
+        return self.controller_listener_names[0] if self.controller_listener_names else self.listener.name
+
     def security_protocol_for(self, listener_name: str) -> str:
         """The security protocol of a listener name, from listener.security.protocol.map."""
         mapping = dict(self.security_protocol_map) or DEFAULT_SECURITY_PROTOCOL_MAP

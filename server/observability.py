@@ -118,6 +118,13 @@ class Event(StrEnum):
     RAFT_LOG_TRUNCATED = "raft.log_truncated"
     RAFT_SNAPSHOT_INSTALLED = "raft.snapshot_installed"
     RAFT_LOG_COMPACTED = "raft.log_compacted"
+    # KIP-853: the voter set in effect changed (appended, fetched, truncated, or from a snapshot),
+    # and a connection opened to a controller it names.
+    RAFT_VOTERS_CHANGED = "raft.voters_changed"
+    RAFT_PEER_ADDED = "raft.peer_added"
+    # AddRaftVoter / RemoveRaftVoter on the leader: refused, or the change committed.
+    RAFT_VOTER_CHANGE_REFUSED = "raft.voter_change_refused"
+    RAFT_VOTER_CHANGE_COMMITTED = "raft.voter_change_committed"
     # A KRaft request or response refused at the boundary (server/raft/validate.py) or by the core.
     RAFT_REQUEST_REFUSED = "raft.request_refused"
     RAFT_RESPONSE_REFUSED = "raft.response_refused"

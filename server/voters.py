@@ -255,6 +255,17 @@ def decode_kraft_version_record(value: bytes) -> int:
     return level
 
 
+def snapshot_voter_records(kraft_version: int, voter_set: VoterSet | None) -> list[tuple[int, bytes]]:
+    """The (control type, value) records a snapshot's header batch carries (KIP-853): none at
+    kraft.version 0 (the voters are the static configuration's), else the level and the set."""
+    if kraft_version < 1:
+        return []
+    records = [(int(ControlRecordType.KRAFT_VERSION), encode_kraft_version_record(kraft_version))]
+    if voter_set is not None:
+        records.append((int(ControlRecordType.VOTERS), encode_voters_record(voter_set)))
+    return records
+
+
 def voter_control_records(records: Sequence[tuple[int, bytes]]) -> tuple[int | None, VoterSet | None]:
     """The kraft.version and voter set that (control type, value) records name, last one winning."""
     level: int | None = None

@@ -45,6 +45,7 @@ from protocol.registry import API_MESSAGES
 from protocol.schema import Message, Versions
 from server.controller.features import metadata_version_from_level
 from server.handlers import (
+    add_raft_voter,
     allocate_producer_ids,
     alter_client_quotas,
     alter_configs,
@@ -72,6 +73,7 @@ from server.handlers import (
     incremental_alter_configs,
     metadata,
     migration_check,
+    remove_raft_voter,
     sasl_authenticate,
     sasl_handshake,
     unregister_broker,
@@ -255,6 +257,13 @@ _SPECS = (
             rule=ApiRule(CLUSTER_ACTION),
             notes="KIP-919: every controller registers its listeners and supported features with the active "
                   "controller (RegisterControllerRecord; metadata.version 3.7-IV0+, else UNSUPPORTED_VERSION)."),
+    ApiSpec(ApiKey.ADD_RAFT_VOTER, 0, 1, add_raft_voter.handle, kind=_ASYNC, rule=ApiRule(ALTER),
+            notes="KIP-853: the Raft leader adds a caught-up observer (asked its ApiVersions: it must support the "
+                  "finalized kraft.version) to the voters; one change at a time; answered when the new voter set "
+                  "commits (v1 AckWhenCommitted=false: when appended). Kafka's checks, codes and messages."),
+    ApiSpec(ApiKey.REMOVE_RAFT_VOTER, 0, 0, remove_raft_voter.handle, kind=_ASYNC, rule=ApiRule(ALTER),
+            notes="KIP-853: the Raft leader removes a voter (id and directory id); answered when the smaller set "
+                  "commits; a leader that removed itself resigns then. Not the last voter (VOTER_NOT_FOUND)."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

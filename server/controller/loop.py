@@ -49,7 +49,8 @@ Rules kept here:
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Awaitable
+from typing import Any, Callable, NamedTuple
 
 import trio
 
@@ -138,6 +139,10 @@ class _Entry:
         self.base_offset = base_offset  # None: writes nothing, waits for those before it
 
 
+class _RaftAppend(NamedTuple):
+    append: Callable[[], Awaitable[Any]]
+
+
 class ControllerLoop:
     def __init__(
         self,
@@ -168,6 +173,8 @@ class ControllerLoop:
         # Commands that arrived while a transaction was open (see the module's rules).
         self._held: list[tuple[Command, _Reply]] = []
         self._work = trio.Event()
+        # Set (and renewed) each time the committer has nothing queued or in flight.
+        self._quiet = trio.Event()
         self._next_offset = 0
         self.active = False
         self.active_epoch = -1
@@ -191,6 +198,20 @@ class ControllerLoop:
             self._send.send_nowait((command, reply, transactional))
         except trio.WouldBlock:
             await self._send.send((command, reply, transactional))
+        await reply.event.wait()
+        if reply.error is not None:
+            raise reply.error
+        return reply.result
+
+    async def raft_append(self, append: Callable[[], Awaitable[Any]]) -> Any:
+        """Runs `append` (a record the Raft layer writes itself: a voter change, KIP-853)
+        between commands, when every record the loop predicted an offset for is committed,
+        and continues from the log's end after it. Commands compute offsets (broker epochs
+        are record offsets), so nothing else may land in the log between their records."""
+        if not self.active:
+            return await append()
+        reply = _Reply()
+        await self._send.send((_RaftAppend(append), reply, False))
         await reply.event.wait()
         if reply.error is not None:
             raise reply.error
@@ -293,11 +314,16 @@ class ControllerLoop:
         held, self._held = self._held, []
         for _, reply in held:
             reply.fail(error)
+        self._quiet.set()
+        self._quiet = trio.Event()
         log.info(Event.CONTROLLER_DEACTIVATED, epoch=self.active_epoch, leader_id=self.driver.leader_id)
 
     # -- the command task: sole writer of the speculative state ------------------------------
     async def _run_commands(self) -> None:
         async for command, reply, transactional in self._receive:
+            if isinstance(command, _RaftAppend):
+                await self._run_raft_append(command, reply)
+                continue
             if not self.active:
                 reply.fail(self._inactive_error())
                 continue
@@ -313,6 +339,20 @@ class ControllerLoop:
                     self._execute(held_command, held_reply)
             if not self.group_commit:
                 await reply.event.wait()
+
+    async def _run_raft_append(self, command: _RaftAppend, reply: _Reply) -> None:
+        # Bounded: the committer empties the queue (or deactivation fails it) without us.
+        while self.active and (self._pending or self._in_flight):
+            await self._quiet.wait()
+        try:
+            result = await command.append()
+        except Exception as exc:  # the driver's own errors (not leader, stopped) go to the caller
+            reply.fail(exc)
+            return
+        finally:
+            if self.active:
+                self._next_offset = self.driver.next_offset
+        reply.resolve(result)
 
     def _execute(self, command: Command, reply: _Reply) -> None:
         try:
@@ -360,6 +400,9 @@ class ControllerLoop:
                 finally:
                     self._in_flight = []
                     self._in_flight_mark = None
+            if not self._pending:
+                self._quiet.set()
+                self._quiet = trio.Event()
 
     def _take_batch(self) -> list[_Entry]:
         """Everything queued, up to `max_batch_records` records (at least one entry)."""

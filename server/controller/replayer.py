@@ -189,7 +189,8 @@ class Replayer:
             return
         try:
             snapshot_id = await trio.to_thread.run_sync(
-                write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms)
+                write_controller_snapshot, state, self.log_dir, end_offset, epoch, timestamp_ms, None,
+                self.driver.snapshot_voter_records(end_offset))
         except OSError as exc:
             # A snapshot is an optimisation and a rollback point, never what makes data
             # durable (the log is): a full or failing disk skips it (the writer removed its

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 from protocol import metadata_records as mr
@@ -368,14 +368,18 @@ def write_controller_snapshot(
     epoch: int,
     last_contained_log_timestamp_ms: int = 0,
     config: SnapshotConfig | None = None,
+    voter_records: Sequence[tuple[int, bytes]] = (),
 ) -> SnapshotId:
     """Writes `state` as snapshot (end_offset, epoch) atomically; a snapshot that
-    already exists with that id is left as it is (snapshots are immutable)."""
+    already exists with that id is left as it is (snapshots are immutable).
+    `voter_records`: the quorum's (control type, value) records at the snapshot's end
+    (server.voters.snapshot_voter_records), for the header's batch."""
     if end_offset <= state.last_applied_offset:
         raise ValueError(f"snapshot end {end_offset} does not cover the last applied offset {state.last_applied_offset}")
     snapshot_id = SnapshotId(end_offset, epoch)
     try:
-        writer = SnapshotWriter(log_dir, snapshot_id, last_contained_log_timestamp_ms, config)
+        writer = SnapshotWriter(log_dir, snapshot_id, last_contained_log_timestamp_ms, config,
+                                [SnapshotRecord(value, control_type) for control_type, value in voter_records])
     except SnapshotExistsError:
         return snapshot_id
     with writer:

@@ -37,7 +37,7 @@ from server.dispatch import Dispatcher
 from server.migration.copy import migration_state_record
 from server.migration.driver import MigrationDriver
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.peer import PeerAddress
+from server.net.peer import PeerAddress, PeerConnection
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
 from server.raft.validate import Refusal
@@ -50,6 +50,7 @@ from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
 from server.storage.bootstrap import BOOTSTRAP_CHECKPOINT, BootstrapError, read_bootstrap
+from server.storage.meta_properties import parse_uuid_string
 from server.storage.log import FileOps, MetadataLog
 
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
@@ -91,6 +92,12 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         self.metadata_log: MetadataLog | None = None
         self.controller_config: ControllerConfig | None = None
         self._bootstrap_records = None
+        # KIP-853: formatted for a dynamic quorum (no static voters), and the voters its
+        # bootstrap snapshot names (until the Raft driver reads them from the log).
+        self._dynamic = False
+        self._bootstrap_voters = None
+        self._forward_security = None
+        self._nursery: trio.Nursery | None = None
         # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
         self.migration = None
         self.metrics_port: int | None = None
@@ -102,17 +109,31 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
 
     @property
     def voters(self) -> tuple[VoterAddress, ...]:
-        if self.config.quorum_voters:
+        """The voters as this node knows them: the log's set at kraft.version 1 (KIP-853),
+        else controller.quorum.voters (none given and not formatted for a dynamic quorum:
+        this node alone, the degenerate quorum)."""
+        driver = self.raft_driver
+        voter_set = driver.dynamic_voters if driver is not None else self._bootstrap_voters
+        if voter_set is not None:
+            name = self.config.controller_listener_name
+            addresses = []
+            for voter in voter_set:
+                endpoint = next((e for e in voter.endpoints if e.name == name),
+                                voter.endpoints[0] if voter.endpoints else None)
+                if endpoint is not None:
+                    addresses.append(VoterAddress(voter.node_id, endpoint.host, endpoint.port))
+            return tuple(addresses)
+        if self.config.quorum_voters or self._dynamic:
             return self.config.quorum_voters
-        # No voter list: this node alone is the (degenerate) quorum.
         return (VoterAddress(self.config.node_id, self.config.listener.host, self.config.listener.port),)
 
     # -- start-up -------------------------------------------------------------
     def open(self) -> None:
         config = self.config
         meta = startup.read_formatted_meta(config, format_hint=" (get an ID with `kraftwerk storage random-uuid`)")
+        self._learn_quorum_kind()
         voter_ids = [voter.node_id for voter in self.voters]
-        if config.node_id not in voter_ids:
+        if not self._dynamic and config.node_id not in voter_ids:
             raise StartupError(f"node.id {config.node_id} is not in controller.quorum.voters "
                                f"({', '.join(map(str, voter_ids))})")
         # Every listener of a controller serves the KRaft RPCs: say so when one lets
@@ -134,14 +155,16 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         self.log_dir, self.metadata_log, state = recovered.log_dir, recovered.metadata_log, recovered.state
         with startup.closed_on_failure(self.metadata_log):
             self._check_startable(recovered)
-            peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in self.voters
-                     if v.node_id != config.node_id}
+            static = () if self._dynamic else self.voters
+            peers = {v.node_id: PeerAddress(v.node_id, v.host, v.port) for v in static if v.node_id != config.node_id}
             # A lone controller has no peers and needs no client credentials of its own.
-            security = startup.node_client_security(config, "the other controllers") if peers else None
+            security = (startup.node_client_security(config, "the other controllers")
+                        if peers or self._dynamic else None)
             self.raft_driver = startup.build_raft_driver(
-                config, recovered, meta.cluster_id, frozenset(voter_ids), peers, random.Random(),
+                config, recovered, meta.cluster_id, frozenset(v.node_id for v in static), peers, random.Random(),
                 client_id=f"kraftwerk-controller-{config.node_id}", security=security,
-                on_refusal=self._count_refusal, on_storage_change=self.metrics.note_storage_offline)
+                on_refusal=self._count_refusal, on_storage_change=self.metrics.note_storage_offline,
+                directory_id=parse_uuid_string(meta.directory_id) if meta.directory_id else None)
             self.replayer = Replayer(
                 self.raft_driver, state, recovered.replay_from, supported, node_id=config.node_id,
                 log_dir=self.log_dir, on_commit=self._on_commit,
@@ -152,12 +175,16 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 bootstrap_records=lambda: self._bootstrap_records,
                 group_commit=config.controller_group_commit,
             )
+            # The quorum's own records (voter changes) wait for the controller's in line.
+            self.raft_driver.append_gate = self.controller.raft_append
             # A standby relays the writes clients send it to the active controller, and
             # reads after it, over connections of its own (server/nodes/forwarding.py).
             self._forward_peers = peer_connections(peers, f"kraftwerk-controller-{config.node_id}-forward",
                                                    security, random.Random())
+            self._forward_security = security
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
-                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms),
+                                       connect=self._forward_connection if self._dynamic else None)
             if config.migration_enabled:
                 if not config.zookeeper_connect:
                     raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the "
@@ -171,6 +198,33 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         log.info(Event.CONTROLLER_RECOVERED, records=state.last_applied_offset + 1, replay_from=recovered.replay_from,
                  log_end_offset=self.metadata_log.end_offset, voters=voter_ids,
                  metadata_version=state.metadata_version, cluster_id=self.cluster_id)
+
+    def _learn_quorum_kind(self) -> None:
+        """Static voters, or a dynamic quorum (KIP-853): no controller.quorum.voters and either
+        controller.quorum.bootstrap.servers or a bootstrap snapshot at kraft.version 1."""
+        config = self.config
+        if config.quorum_voters:
+            return
+        try:
+            bootstrap = read_bootstrap(Path(config.metadata_log_dir))
+        except BootstrapError:
+            bootstrap = None  # reported, with the remedy, by _check_startable
+        dynamic_bootstrap = bootstrap is not None and bootstrap.kraft_version >= 1
+        self._dynamic = dynamic_bootstrap or bool(config.quorum_bootstrap_servers)
+        if dynamic_bootstrap:
+            self._bootstrap_voters = bootstrap.voters
+
+    def _forward_connection(self, node_id: int) -> PeerConnection | None:
+        """A relay connection of this node's own to a controller the log named (dynamic quorums)."""
+        address = self.raft_driver.peer_address(node_id) if self.raft_driver is not None else None
+        nursery = self._nursery
+        if address is None or nursery is None:
+            return None
+        peer = peer_connections({node_id: address}, f"kraftwerk-controller-{self.config.node_id}-forward",
+                                self._forward_security, random.Random())[node_id]
+        self._forward_peers[node_id] = peer
+        nursery.start_soon(peer.run)
+        return peer
 
     def _check_startable(self, recovered: RecoveredLog) -> None:
         """A brand-new node needs its bootstrap records (the records it writes if it
@@ -228,6 +282,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             self.open()
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis),
                                                    registry=self.connections)
                 await nursery.start(self.raft_driver.run)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 
 import trio
 
@@ -96,11 +97,15 @@ class _NotActive(Exception):
 
 class Forwarder:
     def __init__(self, node_id: int, driver: RaftDriver, peers: dict[int, PeerConnection],
-                 replayer: Replayer, leader_wait_s: float) -> None:
+                 replayer: Replayer, leader_wait_s: float,
+                 connect: Callable[[int], PeerConnection | None] | None = None) -> None:
         self._node_id = node_id
         self._leader_wait_s = leader_wait_s
         self._driver = driver
         self._peers = peers
+        # Opens (and registers in `peers`) a connection to a controller the log named, in a
+        # dynamic quorum (KIP-853); None: the peers are all the controllers there are.
+        self._connect = connect
         self._replayer = replayer
         # The (epoch, leader) whose connection was last nudged (_leader_peer).
         self._nudged: tuple[int, int] | None = None
@@ -188,6 +193,8 @@ class Forwarder:
         it still waiting out a reconnect backoff (it restarted since it broke) is told so,
         once per epoch, and reconnects now."""
         peer = self._peers.get(leader) if leader is not None else None
+        if peer is None and leader is not None and self._connect is not None:
+            peer = self._connect(leader)
         if peer is not None and not peer.connected and not self._driver.leader_unreachable:
             named = (self._driver.epoch, leader)
             if named != self._nudged:

@@ -25,6 +25,7 @@ Rules kept here:
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,18 +129,35 @@ def build_raft_driver(
     security: ClientSecurity | None,
     on_refusal: Callable[[Refusal], None] | None = None,
     on_storage_change: Callable[[bool], None] | None = None,
+    directory_id: uuid.UUID | None = None,
 ) -> RaftDriver:
     """The Raft driver over the recovered log: a voter when `config.node_id` is in
-    `voter_ids`, an observer otherwise. Its peer connections (which it creates itself)
-    get `security`."""
+    `voter_ids` (or, at kraft.version 1, in the log's voter set), an observer otherwise.
+    Empty `voter_ids`: a dynamic quorum (KIP-853), whose controllers the driver learns
+    from the log and reaches first through controller.quorum.bootstrap.servers. Its peer
+    connections (which it creates itself) get `security`."""
+    peers = dict(peers)
+    bootstrap_ids = []
+    if not voter_ids:
+        # Kafka's ids for bootstrap servers: negative, so they never name a node.
+        own = {(listener.host, listener.port)
+               for listener in (config.listener, *config.listeners, *config.advertised_listeners)}
+        for index, (host, port) in enumerate(config.quorum_bootstrap_servers):
+            if (host, port) in own:
+                continue  # this node itself: it cannot tell itself who leads
+            node_id = -2 - index
+            peers[node_id] = PeerAddress(node_id, host, port)
+            bootstrap_ids.append(node_id)
     raft_config = RaftConfig(
-        node_id=config.node_id, voters=voter_ids, cluster_id=cluster_id,
+        node_id=config.node_id, voters=voter_ids, cluster_id=cluster_id, directory_id=directory_id,
+        bootstrap_ids=tuple(bootstrap_ids),
         election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
         high_watermark_linger_ms=config.quorum_high_watermark_linger_ms,
     )
-    store = FileQuorumStateStore(recovered.log_dir, cluster_id, voter_ids)
+    store = FileQuorumStateStore(recovered.log_dir, cluster_id, voter_ids or None)
     driver = RaftDriver(raft_config, MetadataRaftLog(recovered.metadata_log), store, peers, rng,
-                        client_id=client_id, on_refusal=on_refusal, on_storage_change=on_storage_change)
+                        client_id=client_id, on_refusal=on_refusal, on_storage_change=on_storage_change,
+                        listener_name=config.controller_listener_name, peer_security=security)
     if security is not None:
         for node_id in peers:
             peer = driver.peer(node_id)

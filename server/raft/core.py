@@ -73,8 +73,8 @@ from server.raft.messages import ApiKey, Body
 from server.raft.quorum_state import QuorumState
 from server.observability import Event
 from server.raft.validate import MAX_EPOCH, REQUEST_REFUSED, RESPONSE_REFUSED
-from server.voters import (BOOTSTRAP_OFFSET, Voter, VoterHistory, VoterSet, encode_voters_record,
-                                voter_control_records)
+from server.voters import (BOOTSTRAP_OFFSET, Voter, VoterHistory, VoterSet, encode_kraft_version_record,
+                           encode_voters_record, voter_control_records)
 from server.values import EpochEndOffset, LeaderEpoch, NodeId, Offset, SnapshotId
 
 # How far above the highest epoch it learned from answers to its own requests a node
@@ -159,8 +159,6 @@ class RaftConfig:
     timestamp_offset_ms: int = 0
 
     def __post_init__(self) -> None:
-        if not self.voters and not self.bootstrap_ids:
-            raise ValueError("controller.quorum.voters or controller.quorum.bootstrap.servers must name a controller")
         for name in ("election_timeout_ms", "fetch_timeout_ms", "request_timeout_ms", "fetch_max_wait_ms",
                      "fetch_max_bytes", "snapshot_chunk_bytes", "retry_backoff_ms", "max_batch_records"):
             if getattr(self, name) <= 0:
@@ -732,7 +730,10 @@ class RaftCore:
                                               now_ms + self.config.timestamp_offset_ms)))
         if self.kraft_version >= 1 and self._history.latest_offset == BOOTSTRAP_OFFSET:
             # The voters came from the bootstrap checkpoint, which nodes formatted without
-            # one (--no-initial-controllers, brokers) never see: the log must say them.
+            # one (--no-initial-controllers, brokers) never see: the log must say them
+            # (and the level, which the controllers' images report as kraft.version).
+            self._append_control(ControlRecordType.KRAFT_VERSION, encode_kraft_version_record(self.kraft_version),
+                                 now_ms)
             self._append_voters(self.voters, now_ms)
         self._out_role = RoleChange(Role.LEADER, self.epoch, me)
         for voter in sorted(self.voters.ids):
@@ -910,11 +911,8 @@ class RaftCore:
                     f"with HWM {self._leader_high_watermark}")
         return None
 
-    def add_voter(self, voter: Voter, now_ms: int, change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | Offset:
-        """Leader: appends the voter set with `voter` added; returns the VotersRecord's offset
-        (the change is done when it commits), or Kafka's error. Nothing changes on an error."""
-        self._check_not_in_ready()
-        self._now_ms = now_ms
+    def add_voter_refusal(self, voter: Voter, change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | None:
+        """Why `voter` cannot be added now (before the driver asks it its ApiVersions), or None."""
         refusal = self.voter_change_refusal(change_in_progress, adding=True)
         if refusal is not None:
             return refusal
@@ -922,6 +920,17 @@ class RaftCore:
         if voter.node_id in voters.ids:
             return (ErrorCode.DUPLICATE_VOTER,
                     f"The voter id for {voter.describe()} is already part of the set of voters {voters.keys_text()}.")
+        return None
+
+    def add_voter(self, voter: Voter, now_ms: int, change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | Offset:
+        """Leader: appends the voter set with `voter` added; returns the VotersRecord's offset
+        (the change is done when it commits), or Kafka's error. Nothing changes on an error."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        refusal = self.add_voter_refusal(voter, change_in_progress)
+        if refusal is not None:
+            return refusal
+        voters = self.voters
         state = self._observer_states.get(voter.node_id)
         if (state is None or state.directory_id != voter.directory_id or state.last_caught_up_ms < 0
                 or now_ms - state.last_fetch_ms > CAUGHT_UP_FETCH_MAX_AGE_MS):
@@ -945,9 +954,11 @@ class RaftCore:
         return self._append_voters(remaining, now_ms)
 
     def _append_voters(self, voter_set: VoterSet, now_ms: int) -> Offset:
+        return self._append_control(ControlRecordType.VOTERS, encode_voters_record(voter_set), now_ms)
+
+    def _append_control(self, control_type: ControlRecordType, value: bytes, now_ms: int) -> Offset:
         offset, _ = self._view_end()
-        batch = Batch(offset, self.epoch, (encode_voters_record(voter_set),), int(ControlRecordType.VOTERS),
-                      now_ms + self.config.timestamp_offset_ms)
+        batch = Batch(offset, self.epoch, (value,), int(control_type), now_ms + self.config.timestamp_offset_ms)
         self._append_control_aware(batch, now_ms)
         return offset
 
@@ -1179,6 +1190,12 @@ class RaftCore:
         epoch, leader_id = partition["leader_epoch"], partition["leader_id"]
         if epoch < self.epoch:
             return m.epoch_response(ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH, self.leader_id, self.epoch)
+        if leader_id not in self.voters.ids and not (
+                leader_id == self.leader_id and epoch == self.epoch and self._leader_token is not None
+                and m.voter_token(body) == self._leader_token):
+            # Only the leader this voter follows may say it is gone after removing itself
+            # (KIP-853), with the token it gave this voter: anyone else is not a voter here.
+            return m.epoch_response(ErrorCode.NONE, ErrorCode.INCONSISTENT_VOTER_SET, self.leader_id, self.epoch)
         self._check_epoch_jump(epoch)
         self._check_leader_claim(epoch, leader_id)
         if leader_id == self.config.node_id or self._ignores_epoch_from(leader_id, epoch, now_ms, vote=False):
@@ -1461,10 +1478,12 @@ class RaftCore:
         if self.role is Role.FOLLOWER:
             target = self._follower_fetch_target()
         else:
-            # An observer that knows no leader asks a bootstrap server, or a voter.
+            # An observer that knows no leader asks a bootstrap server or a voter its log names
+            # (Kafka asks only the bootstrap servers: a removed controller whose bootstrap
+            # servers name only itself would never find the leader again).
             me = self.config.node_id
-            candidates = (tuple(node for node in self.config.bootstrap_ids if node != me)
-                          or tuple(sorted(self.voters.ids - {me})))
+            candidates = tuple(node for node in self.config.bootstrap_ids if node != me) + tuple(
+                sorted(self.voters.ids - {me}))
             target = self._rng.choice(candidates) if candidates else None
         if target is None:
             if self.role is Role.FOLLOWER:

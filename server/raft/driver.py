@@ -63,6 +63,7 @@ import errno
 import time
 import math
 import random
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -84,12 +85,26 @@ from server.raft.core import (
     Ready,
     Role,
 )
-from server.raft.messages import WIRE_VERSIONS, ApiKey, Body
+from server.raft.messages import WIRE_VERSIONS, ZERO_UUID, ApiKey, Body
 from server.raft.validate import PeerRules, Refusal, check_request, check_response, refusal_response
 from server.raft.storage import MetadataRaftLog, StoredRecordsCodec, decode_stored
 from server.storage.log import LogClosedError, LogFailedError, OffsetOutOfRangeError
 from server.storage.snapshot import snapshot_path
+from server.client import ClientError, KafkaClient
 from server.values import SnapshotId
+from server.voters import Endpoint, Voter, VoterSet, snapshot_voter_records
+
+# (error code, message) of a voter change; a None message is Kafka's default text for the code.
+VoterChangeAnswer = tuple[ErrorCode, "str | None"]
+# Kafka's Errors.message() for the codes a voter change may end with without a text of its own.
+_DEFAULT_MESSAGES = {
+    ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: (
+        "For requests intended only for the leader, this error indicates that the broker is not the current "
+        "leader. For requests intended for any replica, this error indicates that the broker is not a replica "
+        "of the topic partition."),
+}
+KRAFT_VERSION_FEATURE = "kraft.version"
 
 _log = get_logger("raft")
 
@@ -303,9 +318,22 @@ class RaftDriver:
         on_refusal: Callable[[Refusal], None] | None = None,
         storage_retry: BackoffPolicy = DEFAULT_STORAGE_RETRY,
         on_storage_change: Callable[[bool], None] | None = None,
+        listener_name: str | None = None,
+        peer_security=None,
     ) -> None:
         self.config = config
         self._rules = PeerRules(config.cluster_id, config.node_id, config.voters)
+        # Dynamic quorums (KIP-853): the controller listener whose endpoint a voter is reached
+        # on, and the credentials of connections opened to voters the log adds.
+        self._listener_name = listener_name
+        self._peer_security = peer_security
+        self._peer_backoff = peer_backoff
+        # An AddRaftVoter/RemoveRaftVoter is being handled (Kafka allows one at a time).
+        self._voter_change_pending = False
+        # How the driver's own appends (voter records) are put in line with the records of
+        # the node's controller, which predicts offsets (ControllerLoop.raft_append); None:
+        # appended at once.
+        self.append_gate: Callable[[Callable[[], Any]], Any] | None = None
         self._on_refusal = on_refusal
         self.storage = storage
         self._store = quorum_store
@@ -477,10 +505,19 @@ class RaftDriver:
             return -1 if monotonic_ms < 0 else wall_clock_ms - (now - monotonic_ms)
 
         def replica(node_id: int, state) -> dict:
+            # DescribeQuorum v2 (KIP-853): a voter's directory id is the voter set's, an
+            # observer's what its fetches named.
+            voter = info.voter_set.get(node_id)
+            if voter is not None:
+                directory_id = voter.directory_id  # None for a static voter, as Kafka shows it
+            else:
+                directory_id = self.config.directory_id if node_id == self.config.node_id else state.directory_id
             if node_id == self.config.node_id:
-                return {"replica_id": node_id, "log_end_offset": self.storage.end_offset,
+                return {"replica_id": node_id, "replica_directory_id": directory_id or ZERO_UUID,
+                        "log_end_offset": self.storage.end_offset,
                         "last_fetch_timestamp": wall_clock_ms, "last_caught_up_timestamp": wall_clock_ms}
-            return {"replica_id": node_id, "log_end_offset": state.end_offset,
+            return {"replica_id": node_id, "replica_directory_id": directory_id or ZERO_UUID,
+                    "log_end_offset": state.end_offset,
                     "last_fetch_timestamp": wall(state.last_fetch_ms),
                     "last_caught_up_timestamp": wall(state.last_caught_up_ms)}
 
@@ -495,6 +532,18 @@ class RaftDriver:
     def peer(self, node_id: int) -> PeerConnection | None:
         """The connection to another voter (e.g. to forward a request to the leader)."""
         return self._peers.get(node_id)
+
+    def peer_address(self, node_id: int) -> PeerAddress | None:
+        peer = self._peers.get(node_id)
+        return peer.address if peer is not None else None
+
+    @property
+    def dynamic_voters(self) -> VoterSet | None:
+        """The voter set the log holds at kraft.version 1 (KIP-853); None for static voters."""
+        core = self._core
+        if core is None or core.kraft_version < 1:
+            return None
+        return core.voters
 
     async def wait_changed(self) -> None:
         """Returns at the next change of role, epoch, leader, high watermark, snapshot,
@@ -685,10 +734,15 @@ class RaftDriver:
                 self._nursery = nursery
                 for peer in self._peers.values():
                     await nursery.start(peer.run)
+                self._follow_voters(self._core)
                 self._running = True
-                _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=self._core.epoch,
-                          voters=sorted(self.config.voters), log_start_offset=self.storage.start_offset,
-                          log_end_offset=self.storage.end_offset)
+                core = self._core
+                _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=core.epoch,
+                          voters=sorted(core.voters.ids), kraft_version=core.kraft_version,
+                          log_start_offset=self.storage.start_offset, log_end_offset=self.storage.end_offset)
+                if core.kraft_version >= 1:
+                    _log.info(Event.RAFT_VOTERS_CHANGED, node_id=self.config.node_id, voters=sorted(core.voters.ids),
+                              kraft_version=core.kraft_version, is_voter=core.is_voter)
                 task_status.started()
                 await self._serve()
         finally:
@@ -715,6 +769,168 @@ class RaftDriver:
             reply = getattr(item, "reply", None)
             if reply is not None:
                 reply.fail(DriverStopped("the raft driver stopped"))
+
+    def _follow_voters(self, core: RaftCore) -> None:
+        """A voter set from the log (kraft.version 1): the boundary rules follow it, and the
+        voters it adds get connections (before this Ready's requests to them go out)."""
+        if core.kraft_version < 1 and core.voters.ids == self.config.voters:
+            return
+        self._rules = PeerRules(self.config.cluster_id, self.config.node_id, core.voters.ids, dynamic=True)
+        for voter in core.voters:
+            self.learn_address(voter.node_id, voter.endpoints)
+
+    def learn_address(self, node_id: int, endpoints) -> None:
+        """A connection to `node_id` at the endpoint of the controller listener (or its first
+        endpoint) among `endpoints` (server.voters.Endpoint), unless there is one already."""
+        if node_id == self.config.node_id or node_id in self._peers or not endpoints:
+            return
+        endpoint = next((e for e in endpoints if e.name == self._listener_name), endpoints[0])
+        peer = PeerConnection(PeerAddress(node_id, endpoint.host, endpoint.port), self._client_id,
+                              random.Random(self._rng.random()), backoff=self._peer_backoff)
+        peer.security = self._peer_security
+        self._peers[node_id] = peer
+        _log.info(Event.RAFT_PEER_ADDED, node_id=self.config.node_id, peer_id=node_id, host=endpoint.host,
+                  port=endpoint.port)
+        if self._nursery is not None:
+            self._nursery.start_soon(peer.run)
+
+    # -- voter changes (KIP-853), on the leader ------------------------------------------
+
+    async def add_voter(self, voter_id: int, directory_id: uuid.UUID | None, endpoints: tuple[Endpoint, ...],
+                        ack_when_committed: bool = True, cluster_id: str | None = None) -> VoterChangeAnswer:
+        """AddRaftVoter: Kafka's checks in Kafka's order; the new voter is asked its
+        ApiVersions (it must support the finalized kraft.version) and must be a caught-up
+        observer; the answer comes once the new voter set commits (at once without
+        `ack_when_committed`), bounded by the request timeout."""
+        refusal = self._voter_request_refusal(voter_id, directory_id, endpoints, "Add", cluster_id)
+        if refusal is None:
+            refusal = await self.call(lambda driver: driver._core.add_voter_refusal(
+                Voter(voter_id, directory_id), driver._voter_change_pending))
+        if refusal is not None:
+            return self._refused(refusal, "add", voter_id)
+        self._voter_change_pending = True
+        try:
+            with trio.move_on_after(self.config.request_timeout_ms / 1000):
+                candidate = Voter(voter_id, directory_id, endpoints)
+                probed = await self._probe_new_voter(candidate)
+                if isinstance(probed, tuple):
+                    return self._refused(probed, "add", voter_id)
+                result = await self._gated_call(
+                    lambda driver: (driver._core.epoch, driver._core.add_voter(probed, driver._clock_ms())))
+                return await self._await_voter_change(result, "add", voter_id, ack_when_committed)
+            return self._refused((ErrorCode.REQUEST_TIMED_OUT, None), "add", voter_id)
+        finally:
+            self._voter_change_pending = False
+
+    async def remove_voter(self, voter_id: int, directory_id: uuid.UUID | None,
+                           cluster_id: str | None = None) -> VoterChangeAnswer:
+        """RemoveRaftVoter: as `add_voter`, without the new voter's checks; a leader that
+        removes itself resigns once the change commits (the Raft core does)."""
+        refusal = self._voter_request_refusal(voter_id, directory_id, None, "Remove", cluster_id)
+        if refusal is not None:
+            return self._refused(refusal, "remove", voter_id)
+        result = await self._gated_call(lambda driver: (driver._core.epoch, driver._core.remove_voter(
+            voter_id, directory_id, driver._clock_ms(), driver._voter_change_pending)))
+        self._voter_change_pending = True
+        try:
+            with trio.move_on_after(self.config.request_timeout_ms / 1000):
+                return await self._await_voter_change(result, "remove", voter_id, True)
+            return self._refused((ErrorCode.REQUEST_TIMED_OUT, None), "remove", voter_id)
+        finally:
+            self._voter_change_pending = False
+
+    async def _gated_call(self, function: Callable[[RaftDriver], Any]) -> Any:
+        gate = self.append_gate
+        if gate is None:
+            return await self.call(function)
+        return await gate(lambda: self.call(function))
+
+    def _voter_request_refusal(self, voter_id: int, directory_id: uuid.UUID | None,
+                               endpoints: tuple[Endpoint, ...] | None, verb: str,
+                               cluster_id: str | None) -> VoterChangeAnswer | None:
+        own = self.config.cluster_id
+        if cluster_id is not None and cluster_id != own:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID, f'The given id "{cluster_id}" doesn\'t match the cluster id "{own}"'
+        core = self._core
+        if core is None or core.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, ""  # Kafka's pre-check: the code alone
+        if voter_id < 0 or directory_id is None:
+            return ErrorCode.INVALID_REQUEST, f"{verb} voter request didn't include a valid voter"
+        if endpoints is not None and self._listener_name is not None and not any(
+                endpoint.name == self._listener_name for endpoint in endpoints):
+            shown = ", ".join(f"ListenerName({e.name})={e.host}:{e.port}" for e in endpoints)
+            return (ErrorCode.INVALID_REQUEST, f"Add voter request didn't include the endpoint "
+                                               f"(Endpoints(endpoints={{{shown}}})) for the default listener "
+                                               f"ListenerName({self._listener_name})")
+        return None
+
+    async def _probe_new_voter(self, voter: Voter) -> Voter | VoterChangeAnswer:
+        """Kafka asks the new voter its ApiVersions on the default listener: it must answer
+        and support the finalized kraft.version. Returns the voter with its supported range."""
+        endpoint = next((e for e in voter.endpoints if e.name == self._listener_name), voter.endpoints[0])
+        try:
+            async with await KafkaClient.connect(endpoint.host, endpoint.port, client_id=self._client_id,
+                                                 security=self._peer_security,
+                                                 timeout_s=self.config.request_timeout_ms / 1000) as client:
+                response = client.api_versions_response
+        except (ClientError, OSError, trio.TooSlowError):
+            return (ErrorCode.REQUEST_TIMED_OUT,
+                    "Aborted add voter operation for since API_VERSIONS returned an error BROKER_NOT_AVAILABLE")
+        feature = next((f for f in getattr(response, "supported_features", None) or ()
+                        if f.name == KRAFT_VERSION_FEATURE), None)
+        low, high = (feature.min_version, feature.max_version) if feature is not None else (0, 0)
+        level = self._core.kraft_version if self._core is not None else 0
+        if not low <= level <= high:
+            return (ErrorCode.INVALID_REQUEST,
+                    f"Aborted add voter operation for {voter.describe()} since the kraft.version range "
+                    f"(min: {low}, max: {high} doesn't support the finalized version {level}")
+        return Voter(voter.node_id, voter.directory_id, voter.endpoints, low, high)
+
+    async def _await_voter_change(self, result, verb: str, voter_id: int, ack_when_committed: bool) -> VoterChangeAnswer:
+        epoch, outcome = result
+        if isinstance(outcome, tuple):
+            return self._refused(outcome, verb, voter_id)
+        if ack_when_committed:
+            try:
+                await self.wait_committed(outcome, epoch)
+            except (NotLeaderError, StorageFailedError, DriverStopped):
+                return self._refused((ErrorCode.NOT_LEADER_OR_FOLLOWER, None), verb, voter_id)
+        _log.info(Event.RAFT_VOTER_CHANGE_COMMITTED, node_id=self.config.node_id, change=verb, voter_id=voter_id,
+                  offset=outcome, voters=sorted(self._core.voters.ids) if self._core is not None else None)
+        return ErrorCode.NONE, None
+
+    def _refused(self, refusal: VoterChangeAnswer, verb: str, voter_id: int) -> VoterChangeAnswer:
+        error, message = refusal
+        if message is None:
+            message = _DEFAULT_MESSAGES.get(error, "")
+        _log.info(Event.RAFT_VOTER_CHANGE_REFUSED, node_id=self.config.node_id, change=verb, voter_id=voter_id,
+                  error=ErrorCode(error).name, message=message)
+        return error, message
+
+    def _with_leader_endpoint(self, api_key: int, body: Body) -> Body:
+        """A Fetch answer names where the leader it names can be reached (NodeEndpoints, Fetch
+        v16+): how a controller that knows only bootstrap servers finds it (KIP-853)."""
+        core = self._core
+        if api_key != ApiKey.FETCH or core is None or core.kraft_version < 1 or core.leader_id is None:
+            return body
+        leader = core.voters.get(core.leader_id)
+        endpoint = (next((e for e in leader.endpoints if e.name == self._listener_name), None)
+                    if leader is not None else None)
+        if endpoint is None or not body.get("responses"):
+            return body
+        return {**body, "node_endpoints": [{"node_id": leader.node_id, "host": endpoint.host,
+                                            "port": endpoint.port, "rack": None}]}
+
+    def snapshot_voter_records(self, end_offset: int) -> list[tuple[int, bytes]]:
+        """The control records a snapshot ending at `end_offset` carries in its header: the
+        kraft.version and the voters in effect at its last entry (empty at kraft.version 0)."""
+        core = self._core
+        if core is None:
+            return []
+        history = core.voter_history
+        last = end_offset - 1
+        level = history.kraft_version_at(last)
+        return snapshot_voter_records(level, history.at(last) if history.has_voters_record_at(last) else None)
 
     def _new_core(self, now_ms: int) -> RaftCore:
         """A core from the persisted quorum state and the log as it is on disk. Its
@@ -782,6 +998,12 @@ class RaftDriver:
             if refusal is not None:
                 self._note_refusal(refusal, item.source_id)
                 response = None
+            elif response is not None and item.api_key == ApiKey.FETCH:
+                for node in response.get("node_endpoints") or ():
+                    # Where the leader a bootstrap server or voter names can be reached (v16+).
+                    if isinstance(node.get("node_id"), int) and node["node_id"] >= 0:
+                        self.learn_address(node["node_id"], (Endpoint(self._listener_name or "", node["host"],
+                                                                      node["port"]),))
             try:
                 core.handle_response(item.source_id, item.api_key, item.request_body, response, now)
             except RaftProtocolError as exc:
@@ -798,7 +1020,7 @@ class RaftDriver:
                 self._note_refusal(refusal, item.sender_id)
                 answer = refusal_response(refusal)
             if answer is not DEFERRED:
-                self._held.append((item.reply, answer))
+                self._held.append((item.reply, self._with_leader_endpoint(item.api_key, answer)))
         elif isinstance(item, _Propose):
             try:
                 result = core.propose(item.values, now)
@@ -903,6 +1125,11 @@ class RaftDriver:
                 # A leader just named is up: a connection to it still backing off (it
                 # restarted since) reconnects now rather than failing the first fetches.
                 leader_peer.note_alive()
+        if ready.voter_set is not None:
+            _log.info(Event.RAFT_VOTERS_CHANGED, node_id=self.config.node_id, voters=sorted(ready.voter_set.ids),
+                      kraft_version=core.kraft_version, is_voter=core.is_voter)
+            self._follow_voters(core)
+            changed = True
         role = ready.role_change is not None or ready.quorum_state is not None
         if self.leader_ready != self._leader_ready_seen:
             self._leader_ready_seen = not self._leader_ready_seen
@@ -918,7 +1145,7 @@ class RaftDriver:
         for response in ready.responses:
             token = response.token
             if isinstance(token, _Answer):
-                token.set(response.body)
+                token.set(self._with_leader_endpoint(response.api_key, response.body))
         nursery = self._nursery
         assert nursery is not None
         for request in ready.requests:

@@ -177,7 +177,9 @@ def write_quorum_state(
 class FileQuorumStateStore:
     """The durable store a trio driver uses (call `write` from a worker thread)."""
 
-    def __init__(self, directory: str | os.PathLike[str], cluster_id: str, voters: frozenset[NodeId]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], cluster_id: str, voters: frozenset[NodeId] | None) -> None:
+        """`voters`: the static voters the file's ids are checked against; None for a dynamic
+        quorum (KIP-853), whose voters live in the log (the file then lists none)."""
         self._directory = os.fspath(directory)
         self._cluster_id = cluster_id
         self._voters = voters
@@ -188,7 +190,7 @@ class FileQuorumStateStore:
 
     def write(self, state: QuorumState) -> None:
         check_transition(self._current, state)
-        write_quorum_state(self._directory, state, self._cluster_id, self._voters)
+        write_quorum_state(self._directory, state, self._cluster_id, self._voters or frozenset())
         self._current = state
 
 

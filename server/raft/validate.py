@@ -152,8 +152,10 @@ def _check_epoch_announcement(api_key: int, body: Body, rules: PeerRules) -> Ref
     if not _epoch_ok(epoch):
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, f"leader epoch {epoch} out of range")
     # Also in a dynamic quorum: a node behind on the voters ignores a leader it does not know
-    # yet (it finds it by fetching and pre-voting), so no stranger can make it follow.
-    if leader not in rules.voters:
+    # yet (it finds it by fetching and pre-voting), so no stranger can make it follow. A
+    # leader that removed itself still says it is gone (the core heeds it only with the
+    # token that leader gave this voter).
+    if leader not in rules.voters and not (rules.dynamic and api_key == ApiKey.END_QUORUM_EPOCH and leader >= 0):
         return _refuse(api_key, ErrorCode.INCONSISTENT_VOTER_SET, f"leader {leader} is not a voter")
     if leader == rules.node_id:
         return _refuse(api_key, ErrorCode.INVALID_REQUEST, "an epoch announcement in this node's own name")

@@ -225,9 +225,9 @@ def _encode_snapshot_batch(
     base_offset: int, epoch: int, timestamp_ms: int, records: Sequence[SnapshotRecord]
 ) -> bytes:
     control_type = records[0].control_type
-    if not any(record.headers for record in records):
+    mixed = any(record.control_type != control_type for record in records)
+    if not mixed and not any(record.headers for record in records):
         return encode_batch(base_offset, epoch, [record.value for record in records], timestamp_ms, control_type)
-    key = None if control_type is None else control_record_key(control_type)
     return encode_record_batch(
         RecordBatch(
             base_offset=base_offset,
@@ -236,7 +236,9 @@ def _encode_snapshot_batch(
             last_offset_delta=len(records) - 1,
             is_control=control_type is not None,
             records=tuple(
-                Record(base_offset + index, record.value, key, record.headers, timestamp_ms)
+                Record(base_offset + index, record.value,
+                       None if record.control_type is None else control_record_key(record.control_type),
+                       record.headers, timestamp_ms)
                 for index, record in enumerate(records)
             ),
             max_timestamp_ms=timestamp_ms,
@@ -255,7 +257,10 @@ class SnapshotWriter:
         snapshot_id: SnapshotId,
         last_contained_log_timestamp_ms: int,
         config: SnapshotConfig | None = None,
+        header_records: Sequence[SnapshotRecord] = (),
     ) -> None:
+        """`header_records`: control records that go in the header's batch after the
+        SnapshotHeader (KRaftVersion and Voters: the quorum's voters at the snapshot's end)."""
         if snapshot_id.end_offset < 0 or snapshot_id.epoch < 0:
             raise ValueError(f"invalid snapshot id {snapshot_id}")
         self._directory = os.fspath(directory)
@@ -278,7 +283,9 @@ class SnapshotWriter:
                 SNAPSHOT_HEADER_VERSION,
                 {"version": SNAPSHOT_HEADER_VERSION, "last_contained_log_timestamp": last_contained_log_timestamp_ms},
             )
-            self._write_batch([SnapshotRecord(header, ControlRecordType.SNAPSHOT_HEADER)])
+            if any(record.control_type not in _INNER_CONTROL_TYPES for record in header_records):
+                raise ValueError("only KRaftVersion and Voters records join the snapshot header")
+            self._write_batch([SnapshotRecord(header, ControlRecordType.SNAPSHOT_HEADER), *header_records])
         except BaseException:
             self.abort()
             raise

@@ -73,7 +73,7 @@ UNKNOWN_BROKER_ID = 999_999
 # --------------------------------------------------------------------------
 
 R_NOT_SERVED = ("kraftwerk's controllers do not serve this API (delegation tokens, partition reassignment, "
-                "leader election, KIP-919 controller unregistration, KIP-853 dynamic voters)")
+                "leader election, KIP-919 controller unregistration, KIP-853 UpdateRaftVoter)")
 R_KIP896 = ("Kafka 4.0 removed these old versions (KIP-896); kraftwerk still serves them: it runs and "
             "impersonates 3.x releases")
 R_FETCH = "a kraftwerk controller serves Fetch only as the KRaft RPC, at the version its Raft peers speak (v17)"
@@ -93,7 +93,7 @@ R_CLUSTER_MIN_ISR = ("Kafka 4.4 with eligible.leader.replicas.version 1 writes a
                      "min.insync.replicas; kraftwerk models no ELR")
 R_QUOTAS = "kraftwerk's controllers answer DescribeClientQuotas; Kafka's close the connection (brokers only)"
 
-MISSING_APIS = (38, 39, 40, 41, 43, 45, 46, 80, 81, 82, 94)
+MISSING_APIS = (38, 39, 40, 41, 43, 45, 46, 82, 94)
 EXTRA_APIS = (3, 48, 10001)
 
 
