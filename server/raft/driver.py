@@ -681,6 +681,11 @@ class RaftDriver:
             raise ValueError(f"snapshot {snapshot_id} is beyond the high watermark {self._high_watermark}")
 
         async def run(driver: RaftDriver) -> int:
+            latest = driver.storage.latest_snapshot_id()
+            if latest is not None and latest > snapshot_id:
+                # A snapshot the leader sent was installed meanwhile (a follower far behind):
+                # it already moved the log start past this one, and deleted older files.
+                return driver.storage.start_offset
             start = await driver.storage.compact(snapshot_id)
             _log.info(Event.RAFT_LOG_COMPACTED, node_id=driver.config.node_id, end_offset=snapshot_id.end_offset,
                       epoch=snapshot_id.epoch, log_start_offset=start)

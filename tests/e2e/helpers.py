@@ -54,6 +54,12 @@ def run_cli(*argv: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.Complete
                           timeout=timeout_s, cwd=REPO, env=cli_env())
 
 
+def status_node_ids(text: str, field: str) -> list[int]:
+    """The ids in a `metadata-quorum describe --status` line (Kafka's JSON-like node list)."""
+    line = next(line for line in text.splitlines() if line.startswith(f"{field}:"))
+    return sorted(node["id"] for node in json.loads(line.split(":", 1)[1]))
+
+
 def new_cluster_id() -> str:
     from server.storage.meta_properties import random_uuid_string
 

@@ -69,4 +69,4 @@ def test_our_cli_through_a_broker(cluster):
     quorum = run_cli("metadata-quorum", "describe", "--status", "--bootstrap-server", cluster.address(101))
     assert quorum.returncode == 0, quorum.stderr
     assert "LeaderId:               1" in quorum.stdout
-    assert "CurrentObservers:       [101,102]" in quorum.stdout
+    assert 'CurrentObservers:       [{"id": 101}, {"id": 102}]' in quorum.stdout

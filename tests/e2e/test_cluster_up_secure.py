@@ -29,6 +29,8 @@ import pytest
 from cli.main import build_parser
 from cli.local_cluster import CLI, free_port_run, run_cli
 
+from .helpers import status_node_ids
+
 pytestmark = pytest.mark.e2e
 
 UP_TIMEOUT_S = 120.0
@@ -120,8 +122,8 @@ def test_a_secure_cluster_comes_up_takes_a_write_and_restarts(tmp_path):
             result = run_cli(*argv)
             assert result.returncode == 0, result.stdout + result.stderr
             if argv[0] == "metadata-quorum":
-                assert "CurrentVoters:          [1,2,3]" in result.stdout
-                assert "CurrentObservers:       [101]" in result.stdout
+                assert status_node_ids(result.stdout, "CurrentVoters") == [1, 2, 3]
+                assert 'CurrentObservers:       [{"id": 101}]' in result.stdout
             else:
                 assert "FinalizedVersionLevel: 3.7-IV4" in result.stdout
 

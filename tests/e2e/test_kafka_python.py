@@ -21,8 +21,9 @@ from .helpers import REPO, cli_env
 pytestmark = pytest.mark.e2e
 
 # Offset 0 is the quorum leader's LeaderChange control record; the bootstrap
-# FeatureLevelRecord is offset 1, the first finalized-features epoch.
-BOOTSTRAP_EPOCH = 1
+# FeatureLevelRecord is offset 1, the controller's own registration (KIP-919) offset 2:
+# the finalized-features epoch once the controller is up.
+BOOTSTRAP_EPOCH = 2
 
 MV = "metadata.version"
 

@@ -90,21 +90,24 @@ async def test_acknowledged_state_survives_kill_9(controllers):
     assert before["observers"] == [2, 3, 4]
     assert [b[0] for b in before["brokers"]] == [1, 2, 3]
     assert (2, "127.0.0.1", 19092, "rack-2") in before["brokers"]
-    # Offset 0 is the leader's LeaderChange control record, then 1 bootstrap + 3
-    # registrations + 2 unfences + 3 feature records.
-    assert before["epoch"] == 9
-    assert before["high_watermark"] == 10
+    # Offset 0 is the leader's LeaderChange control record, then 1 bootstrap record, the
+    # controller's own registration (KIP-919), 3 broker registrations + 2 unfences + 3
+    # feature records.
+    assert before["epoch"] == 10
+    assert before["high_watermark"] == 11
 
     assert controller.kill() == -9
     restarted = await trio.to_thread.run_sync(controllers.restart_on, controller.log_dir, controller.cluster_id,
                                               OVERRIDES)
     recovered = restarted.wait_for_event("controller.recovered")
-    assert recovered["log_end_offset"] == 10
+    assert recovered["log_end_offset"] == 11
     assert not restarted.events("controller.bootstrapped")  # the log was not empty
 
     after = await snapshot(restarted)
-    # The restarted node leads a new epoch, which starts with its own LeaderChange record.
-    assert after.pop("high_watermark") == before.pop("high_watermark") + 1
+    # The restarted node leads a new epoch, which starts with its own LeaderChange record,
+    # and registers its new incarnation (KIP-919): two records more, nothing else changed.
+    assert after.pop("high_watermark") == before.pop("high_watermark") + 2
+    assert after.pop("epoch") == before.pop("epoch") + 2
     assert after == before
 
     with trio.fail_after(CALL_TIMEOUT_S):

@@ -13,7 +13,7 @@ from server.raft.core import Role
 from server.raft.driver import NotLeaderError
 from server.raft.messages import ApiKey
 from server.raft.quorum_state import read_quorum_state
-from server.storage.snapshot import SnapshotWriter, list_snapshots, snapshot_file_name
+from server.storage.snapshot import SnapshotWriter, delete_snapshots_before, list_snapshots, snapshot_file_name
 from server.values import SnapshotId
 
 BOUND_S = 30  # generous: a loaded CI machine fsyncs slowly; the usual run is ~1 s
@@ -148,6 +148,16 @@ async def test_a_follower_behind_the_log_start_catches_up_by_fetch_snapshot(tmp_
             assert restarted.driver.requests_sent[ApiKey.FETCH_SNAPSHOT] >= snapshot_bytes // 128 > 1
             assert restarted.metadata_log.start_offset == snapshot_end
             assert list_snapshots(restarted.directory) == [SnapshotId(snapshot_end, epoch)]
+            # An interval snapshot of its own, of an offset the leader's snapshot overtook (its
+            # replay wrote it meanwhile, and the install deleted it as older) is passed over
+            # rather than failing the node.
+            overtaken = SnapshotId(lagging_end, epoch)
+            with SnapshotWriter(restarted.storage.directory, overtaken, 0) as writer:
+                writer.append(restarted.values[:1] or [b"x"])
+                writer.freeze()
+            delete_snapshots_before(restarted.storage.directory, SnapshotId(snapshot_end, epoch))
+            assert await restarted.driver.compact(overtaken) == snapshot_end
+            assert restarted.metadata_log.start_offset == snapshot_end
 
             # Replication continues on top of the installed snapshot.
             later = await cluster.commit(leader, values("later", 5))
