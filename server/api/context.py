@@ -122,6 +122,10 @@ class ControllerWrites(Protocol):
 
     def quorum_supported_features(self) -> dict: ...
 
+    async def upgrade_kraft_version(self, level: int, validate_only: bool) -> "tuple[int, str | None]": ...
+
+    def kraft_version(self) -> int | None: ...
+
 
 class QuorumView(Protocol):
     """DescribeQuorum's data and where the Raft leader is."""

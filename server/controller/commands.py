@@ -100,6 +100,14 @@ class ControllerResult:
     heartbeat: HeartbeatUpdate | None = None
     atomic: bool = False
     error_message: str | None = None
+    # UpdateFeatures: the kraft.version level to upgrade to, which the Raft layer writes
+    # (KRaftVersionRecord and the voters, KIP-853) once this result's records commit.
+    kraft_version_upgrade: int | None = None
+
+
+# _check_feature_update's answer for a kraft.version upgrade: no metadata record, the Raft
+# layer's records instead (a sentinel, never written).
+KRAFT_VERSION_UPGRADE: Any = object()
 
 
 class NotBootstrappedError(RuntimeError):
@@ -158,12 +166,15 @@ def _check_feature_update(
     upgrade_type: int,
     proposed: Mapping[str, int],
     quorum_features: Mapping[NodeId, NodeFeatures | None] | None = None,
+    kraft_version: int | None = None,
 ) -> tuple[str | None, MetadataRecord | None]:
     """(error message, record to write) for one update, in Kafka's check order."""
     if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
         return _invalid_update_version(feature, level, "The controller does not support the given upgrade type."), None
     if feature == METADATA_VERSION:
         current = _require_metadata_version(state)
+    elif feature == KRAFT_VERSION and kraft_version is not None:
+        current = kraft_version  # the Raft layer's level, ahead of any image (Kafka asks the raft client too)
     else:
         current = state.finalized_level(feature)
     if level < 0:
@@ -224,13 +235,13 @@ def _check_feature_update(
         return _invalid_update_version(feature, level, dependency), None
 
     if feature == KRAFT_VERSION:
-        # kraft.version is changed by the raft layer (a KRaftVersion control record),
-        # which cannot do so yet; asking for the current level is a no-op.
+        # The Raft layer writes kraft.version (server/raft/driver.py upgrade_kraft_version);
+        # the same level is a no-op and a downgrade is refused, as Kafka refuses it.
         if level == current:
             return None, None
-        return _invalid_update_version(
-            feature, level, "Changing kraft.version through UpdateFeatures is not supported yet."
-        ), None
+        if level < current:
+            return _invalid_update_version(feature, level, "Can't downgrade the version of this feature."), None
+        return None, KRAFT_VERSION_UPGRADE
     return None, feature_level_record(feature, level)
 
 
@@ -286,14 +297,21 @@ def _update_features_response(
     return response
 
 
+def update_features_refusal(api_version: int, error_code: int, error: str | None) -> dict[str, Any]:
+    """An UpdateFeatures response refusing the whole request for `error` (one feature's)."""
+    return _update_features_response(api_version, error_code, UPDATE_FAILED_PREFIX + (error or ""), [])
+
+
 def update_features(
     state: ControllerState,
     request: Any,
     api_version: int,
     config: ControllerConfig,
     quorum_features: Mapping[NodeId, NodeFeatures | None] | None = None,
+    kraft_version: int | None = None,
 ) -> ControllerResult:
     """UpdateFeatures v0-2, Kafka's QuorumController/FeatureControlManager semantics.
+    `kraft_version`: the level the Raft layer has (KIP-853), when known.
 
     v0 has AllowDowngrade instead of UpgradeType; Kafka's controller reads
     UpgradeType, which in v0 is always its default (1, upgrade), so AllowDowngrade
@@ -321,11 +339,12 @@ def update_features(
         proposed[_field(update, "feature")] = _field(update, "max_version_level")
 
     records: list[MetadataRecord] = []
+    kraft_version_upgrade = None
     for update in updates:
         upgrade_type = UPGRADE if api_version == 0 else _field(update, "upgrade_type", UPGRADE)
         error, new_record = _check_feature_update(
             state, config, _field(update, "feature"), _field(update, "max_version_level"), upgrade_type, proposed,
-            quorum_features,
+            quorum_features, kraft_version,
         )
         if error is not None:
             message = UPDATE_FAILED_PREFIX + error
@@ -334,7 +353,9 @@ def update_features(
                 _update_features_response(api_version, ErrorCode.INVALID_UPDATE_VERSION, message, []),
                 error_message=message,
             )
-        if new_record is not None:
+        if new_record is KRAFT_VERSION_UPGRADE:
+            kraft_version_upgrade = _field(update, "max_version_level")
+        elif new_record is not None:
             records.append(new_record)
 
     # KIP-778: an UNSAFE downgrade says what it drops (kraftwerk's message; Kafka never
@@ -343,7 +364,7 @@ def update_features(
     if validate_only:
         records = []
     return ControllerResult(records, _update_features_response(api_version, ErrorCode.NONE, note, names),
-                            atomic=True)
+                            atomic=True, kraft_version_upgrade=kraft_version_upgrade)
 
 
 def _image_losses(state: ControllerState, from_level: int, to_level: int) -> list[str]:

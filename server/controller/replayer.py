@@ -38,6 +38,7 @@ from typing import Callable
 
 import trio
 
+from protocol.record_batch import ControlRecordType
 from protocol.records import MetadataRecord, decode_metadata_record
 from server.controller.features import (
     METADATA_VERSION,
@@ -51,6 +52,7 @@ from server.controller.state import ControllerState
 from server.observability import Event, get_logger
 from server.raft.driver import CommittedBatch, DriverStopped, RaftDriver, SnapshotLoaded
 from server.storage.snapshot import read_snapshot
+from server.voters import decode_kraft_version_record
 
 log = get_logger("controller")
 snapshot_log = get_logger("snapshot")
@@ -128,6 +130,10 @@ class Replayer:
                     continue
                 if item.control_type is None:
                     await self._replay_batch(item)
+                elif item.control_type == ControlRecordType.KRAFT_VERSION:
+                    # The Raft layer's kraft.version (KIP-853): the image reports it.
+                    for index, value in enumerate(item.values):
+                        self.state.replay_kraft_version(decode_kraft_version_record(value), item.base_offset + index)
                 self.replayed_end_offset = item.next_offset
                 if self._on_batch_replayed is not None:
                     self._on_batch_replayed(item)

@@ -7,6 +7,8 @@ refusals). A standby answers NOT_CONTROLLER so clients go to the leader.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from server.api.context import ControllerWrites
 from server.controller import commands
 from server.handlers.writes import submit_write
@@ -25,9 +27,17 @@ async def handle(ctx, request):
     await services.learn_quorum_features(QUORUM_FEATURES_WAIT_S)
     result = await submit_write(
         services, lambda state, tracker, next_offset, now_ms: commands.update_features(
-            state, request, version, config, services.quorum_supported_features()),
+            state, request, version, config, services.quorum_supported_features(), services.kraft_version()),
         gated=not request.validate_only)
+    response = result.response
+    if result.kraft_version_upgrade is not None:
+        # kraft.version is the Raft layer's (KIP-853): the voters go into the log now.
+        error, message = await services.upgrade_kraft_version(result.kraft_version_upgrade,
+                                                              bool(request.validate_only) if version >= 1 else False)
+        if error:
+            response = commands.update_features_refusal(version, error, message)
+            result = replace(result, error_message=response["error_message"])
     if result.error_message:
         log.info(Event.FEATURE_UPDATE_REJECTED, client_id=ctx.client_id, error=result.error_message,
                  updates={u.feature: u.max_version_level for u in request.feature_updates})
-    return result.response
+    return response

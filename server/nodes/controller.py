@@ -25,6 +25,7 @@ from pathlib import Path
 
 import trio
 
+from protocol.errors import ErrorCode
 from server.api.catalog import NodeRole, served_table
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
@@ -51,6 +52,7 @@ from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
 from server.storage.bootstrap import BOOTSTRAP_CHECKPOINT, BootstrapError, read_bootstrap
 from server.storage.meta_properties import parse_uuid_string
+from server.voters import Endpoint as VoterEndpoint
 from server.storage.log import FileOps, MetadataLog
 
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
@@ -214,6 +216,15 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         if dynamic_bootstrap:
             self._bootstrap_voters = bootstrap.voters
 
+    def _own_controller_endpoints(self) -> tuple[VoterEndpoint, ...]:
+        """Where the other controllers reach this one (KIP-853's voter endpoints): the
+        controller listener, advertised if it is, with its bound port."""
+        name = self.config.controller_listener_name
+        own = self.own_listener_endpoint(name)
+        if own is None:
+            return ()
+        return (VoterEndpoint(name, own[0], own[1]),)
+
     def _forward_connection(self, node_id: int) -> PeerConnection | None:
         """A relay connection of this node's own to a controller the log named (dynamic quorums)."""
         address = self.raft_driver.peer_address(node_id) if self.raft_driver is not None else None
@@ -285,6 +296,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 self._nursery = nursery
                 await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis),
                                                    registry=self.connections)
+                self.raft_driver.own_endpoints = self._own_controller_endpoints()
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
                 for peer in self._forward_peers.values():
@@ -406,6 +418,16 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             known[voter.node_id] = (None if ranges is None else
                                     {name: SupportedRange(lo, hi) for name, (lo, hi) in ranges.items()})
         return known
+
+    def kraft_version(self) -> int | None:
+        """The Raft layer's kraft.version (None before the driver runs)."""
+        return self.raft_driver.kraft_version if self.raft_driver is not None else None
+
+    async def upgrade_kraft_version(self, level: int, validate_only: bool) -> tuple[int, str | None]:
+        """UpdateFeatures' kraft.version: the Raft leader writes it (KIP-853)."""
+        if self.raft_driver is None:
+            return ErrorCode.NOT_CONTROLLER, None
+        return await self.raft_driver.upgrade_kraft_version(level, validate_only)
 
     # -- a standby's relay to the active controller (server/nodes/forwarding.py) ---------
     async def forward_to_controller(self, api_key: int, version: int, request, ctx=None) -> dict | None:

@@ -39,10 +39,10 @@ from server.controller.state import ControllerState
 from server.metrics_http import serve_metrics
 from server.net.listener import ConnectionRegistry, serve_node_listeners
 from server.net.peer import PeerAddress
-from server.raft.core import RaftConfig
+from server.raft.core import RaftConfig, RaftCore
 from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
-from server.raft.storage import MetadataRaftLog
+from server.raft.storage import MetadataRaftLog, StoredRecordsCodec
 from server.raft.validate import Refusal
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.storage.bootstrap import METADATA_LOG_DIR_NAME
@@ -154,10 +154,16 @@ def build_raft_driver(
         election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
         high_watermark_linger_ms=config.quorum_high_watermark_linger_ms,
     )
-    store = FileQuorumStateStore(recovered.log_dir, cluster_id, voter_ids or None)
-    driver = RaftDriver(raft_config, MetadataRaftLog(recovered.metadata_log), store, peers, rng,
+    raft_log = MetadataRaftLog(recovered.metadata_log)
+    history = RaftCore.load_voter_history(raft_config, raft_log, StoredRecordsCodec())
+    # The quorum-state file's ids are checked against the static voters only while they are
+    # the voters (kraft.version 0); once the log names them, any of its voters may lead.
+    store = FileQuorumStateStore(recovered.log_dir, cluster_id,
+                                 voter_ids if voter_ids and history.kraft_version < 1 else None)
+    driver = RaftDriver(raft_config, raft_log, store, peers, rng,
                         client_id=client_id, on_refusal=on_refusal, on_storage_change=on_storage_change,
-                        listener_name=config.controller_listener_name, peer_security=security)
+                        listener_name=config.controller_listener_name, peer_security=security,
+                        voter_history=history)
     if security is not None:
         for node_id in peers:
             peer = driver.peer(node_id)

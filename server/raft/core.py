@@ -953,6 +953,37 @@ class RaftCore:
                                                f"from the set of voters {voters.keys_text()}")
         return self._append_voters(remaining, now_ms)
 
+    def upgrade_kraft_version(self, level: int, voter_set: VoterSet, now_ms: int,
+                              validate_only: bool = False) -> tuple[ErrorCode, str] | Offset | None:
+        """Leader: kraft.version 0 -> 1 (KIP-853). Writes KRaftVersionRecord, then the static
+        voters as a VotersRecord (`voter_set`: each with its directory id, endpoints and
+        supported range, as the driver learnt them); returns the VotersRecord's offset (the
+        upgrade is done when it commits), None for nothing to do, or Kafka's refusal."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        current = self.kraft_version
+        name = f"KRAFT_VERSION_{level}"
+        if self.role is not Role.LEADER:
+            return (ErrorCode.NOT_CONTROLLER,
+                    "Upgrade kraft version failed because the replica is not the current leader")
+        if level == current:
+            return None
+        if level < current:
+            return (ErrorCode.INVALID_UPDATE_VERSION, f"Invalid upgrade of kraft.version from version "
+                                                      f"KRAFT_VERSION_{current} to {name} because the new version "
+                                                      f"is a downgrade")
+        if voter_set.ids != self.voters.ids:
+            return (ErrorCode.INVALID_UPDATE_VERSION, f"Unable to update kraft.version to {name} due to missing "
+                                                      f"voters {sorted(voter_set.ids)} compared to "
+                                                      f"{sorted(self.voters.ids)}")
+        if any(voter.directory_id is None or not voter.supports_kraft_version(level) for voter in voter_set):
+            return (ErrorCode.INVALID_UPDATE_VERSION,
+                    f"Invalid upgrade of kraft.version to {name} because not all of the voters support it")
+        if validate_only:
+            return None
+        self._append_control(ControlRecordType.KRAFT_VERSION, encode_kraft_version_record(level), now_ms)
+        return self._append_voters(voter_set, now_ms)
+
     def _append_voters(self, voter_set: VoterSet, now_ms: int) -> Offset:
         return self._append_control(ControlRecordType.VOTERS, encode_voters_record(voter_set), now_ms)
 

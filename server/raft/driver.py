@@ -92,7 +92,7 @@ from server.storage.log import LogClosedError, LogFailedError, OffsetOutOfRangeE
 from server.storage.snapshot import snapshot_path
 from server.client import ClientError, KafkaClient
 from server.values import SnapshotId
-from server.voters import Endpoint, Voter, VoterSet, snapshot_voter_records
+from server.voters import KRAFT_VERSION_MAX, Endpoint, Voter, VoterHistory, VoterSet, snapshot_voter_records
 
 # (error code, message) of a voter change; a None message is Kafka's default text for the code.
 VoterChangeAnswer = tuple[ErrorCode, "str | None"]
@@ -320,6 +320,7 @@ class RaftDriver:
         on_storage_change: Callable[[bool], None] | None = None,
         listener_name: str | None = None,
         peer_security=None,
+        voter_history: VoterHistory | None = None,
     ) -> None:
         self.config = config
         self._rules = PeerRules(config.cluster_id, config.node_id, config.voters)
@@ -327,6 +328,9 @@ class RaftDriver:
         # on, and the credentials of connections opened to voters the log adds.
         self._listener_name = listener_name
         self._peer_security = peer_security
+        # What the log says of the voters, read once at start-up (the first core takes it;
+        # a core rebuilt after a disk failure reads the log again).
+        self._initial_history = voter_history
         self._peer_backoff = peer_backoff
         # An AddRaftVoter/RemoveRaftVoter is being handled (Kafka allows one at a time).
         self._voter_change_pending = False
@@ -334,6 +338,9 @@ class RaftDriver:
         # the node's controller, which predicts offsets (ControllerLoop.raft_append); None:
         # appended at once.
         self.append_gate: Callable[[Callable[[], Any]], Any] | None = None
+        # Where this node is reached on the controller listener (the node sets it once bound):
+        # its own entry when kraft.version 1 writes the static voters into the log.
+        self.own_endpoints: tuple[Endpoint, ...] = ()
         self._on_refusal = on_refusal
         self.storage = storage
         self._store = quorum_store
@@ -536,6 +543,10 @@ class RaftDriver:
     def peer_address(self, node_id: int) -> PeerAddress | None:
         peer = self._peers.get(node_id)
         return peer.address if peer is not None else None
+
+    @property
+    def kraft_version(self) -> int | None:
+        return self._core.kraft_version if self._core is not None else None
 
     @property
     def dynamic_voters(self) -> VoterSet | None:
@@ -844,6 +855,48 @@ class RaftDriver:
         finally:
             self._voter_change_pending = False
 
+    async def upgrade_kraft_version(self, level: int, validate_only: bool = False) -> VoterChangeAnswer:
+        """kraft.version 0 -> 1 on the leader (UpdateFeatures, KIP-853): the static voters go
+        into the log with the directory ids their fetches named, the endpoints this node
+        reaches them at and the kraft.version ranges their ApiVersions gave. Answers once the
+        records commit (at once for `validate_only`)."""
+        def upgrade(driver: RaftDriver):
+            core = driver._core
+            return core.epoch, core.upgrade_kraft_version(level, driver._static_voter_set(), driver._clock_ms(),
+                                                          validate_only)
+        epoch, outcome = await self._gated_call(upgrade)
+        if outcome is None:
+            return ErrorCode.NONE, None
+        if isinstance(outcome, tuple):
+            return outcome
+        try:
+            with trio.fail_after(self.config.request_timeout_ms / 1000):
+                await self.wait_committed(outcome, epoch)
+        except (NotLeaderError, StorageFailedError, DriverStopped):
+            return ErrorCode.NOT_CONTROLLER, None
+        except trio.TooSlowError:
+            return ErrorCode.REQUEST_TIMED_OUT, None
+        _log.info(Event.RAFT_VOTERS_CHANGED, node_id=self.config.node_id, voters=sorted(self._core.voters.ids),
+                  kraft_version=level, is_voter=self._core.is_voter)
+        return ErrorCode.NONE, None
+
+    def _static_voter_set(self) -> VoterSet:
+        """The voters as the leader knows them at kraft.version 0, with what KIP-853 records of each."""
+        core = self._core
+        states = core.describe().voters
+        voters = []
+        for voter_id in sorted(core.voters.ids):
+            if voter_id == self.config.node_id:
+                voters.append(Voter(voter_id, self.config.directory_id, self.own_endpoints, 0, KRAFT_VERSION_MAX))
+                continue
+            state = states.get(voter_id)
+            peer = self._peers.get(voter_id)
+            low, high = (peer.supported_features or {}).get(KRAFT_VERSION_FEATURE, (0, 0)) if peer else (0, 0)
+            endpoints = ((Endpoint(self._listener_name or "", peer.address.host, peer.address.port),)
+                         if peer is not None else ())
+            voters.append(Voter(voter_id, state.directory_id if state is not None else None, endpoints, low, high))
+        return VoterSet(tuple(voters))
+
     async def _gated_call(self, function: Callable[[RaftDriver], Any]) -> Any:
         gate = self.append_gate
         if gate is None:
@@ -941,7 +994,8 @@ class RaftDriver:
         """A core from the persisted quorum state and the log as it is on disk. Its
         batches are stamped with wall-clock time (RaftConfig.timestamp_offset_ms)."""
         config = replace(self.config, timestamp_offset_ms=time.time_ns() // 1_000_000 - now_ms)
-        return RaftCore(config, self.storage, self._store.read(), self._rng, now_ms, StoredRecordsCodec())
+        history, self._initial_history = self._initial_history, None
+        return RaftCore(config, self.storage, self._store.read(), self._rng, now_ms, StoredRecordsCodec(), history)
 
     async def _serve(self) -> None:
         """The driver loop, which a storage failure interrupts: the log goes offline

@@ -132,9 +132,10 @@ class Cluster:
         return result
 
     # command shortcuts
-    def update(self, updates, version: int = 2, validate_only: bool = False) -> cmd.ControllerResult:
+    def update(self, updates, version: int = 2, validate_only: bool = False,
+               kraft_version: int | None = None) -> cmd.ControllerResult:
         request = features_request(updates, version=version, validate_only=validate_only)
-        return self.run(cmd.update_features(self.state, request, version, self.config))
+        return self.run(cmd.update_features(self.state, request, version, self.config, kraft_version=kraft_version))
 
     def register(self, broker_id: int, incarnation_id: uuid.UUID, version: int = 4, **kwargs: Any) -> cmd.ControllerResult:
         request = registration_request(broker_id, incarnation_id, version=version, **kwargs)

@@ -182,15 +182,13 @@ def test_dependency_counts_other_updates_in_the_same_request():
     assert cluster.state.finalized_level("eligible.leader.replicas.version") == 1
 
 
-def test_kraft_version_upgrade_with_a_metadata_version_raise_is_still_refused():
+def test_kraft_version_upgrade_with_a_metadata_version_raise_writes_the_level_and_asks_raft_for_kraft_version():
     cluster = Cluster.bootstrapped(mv_level=20, unstable=True)
-    result = cluster.update([("metadata.version", 21, UPGRADE), ("kraft.version", 1, UPGRADE)])
-    assert_rejected(
-        cluster,
-        result,
-        "Invalid update version 1 for feature kraft.version. Changing kraft.version through UpdateFeatures is not "
-        "supported yet.",
-    )
+    result = cluster.update([("metadata.version", 21, UPGRADE), ("kraft.version", 1, UPGRADE)], kraft_version=0)
+    assert result.response["error_code"] == 0
+    # metadata.version is a record of the controller's; kraft.version the Raft layer writes.
+    assert [(r.data["name"], r.data["feature_level"]) for r in result.records] == [("metadata.version", 21)]
+    assert result.kraft_version_upgrade == 1
 
 
 def test_dependency_on_minimum_bootstrap_version_sees_a_lower_proposed_metadata_version():
@@ -277,13 +275,21 @@ def test_first_error_in_request_order_is_reported():
     assert "metadata.version" in result.response["error_message"]
 
 
-def test_kraft_version_change_is_refused_but_same_level_is_a_no_op():
+def test_kraft_version_upgrades_through_raft_never_downgrades_and_the_same_level_is_a_no_op():
     cluster = Cluster.bootstrapped(mv_level=22)
-    refused = cluster.update([("kraft.version", 1, UPGRADE)])
-    assert refused.response["error_code"] == ErrorCode.INVALID_UPDATE_VERSION
-    same = cluster.update([("kraft.version", 0, UPGRADE)])
-    assert same.response["error_code"] == 0
-    assert same.records == []
+    upgrade = cluster.update([("kraft.version", 1, UPGRADE)], kraft_version=0)
+    assert (upgrade.response["error_code"], upgrade.records, upgrade.kraft_version_upgrade) == (0, [], 1)
+    same = cluster.update([("kraft.version", 0, UPGRADE)], kraft_version=0)
+    assert (same.response["error_code"], same.records, same.kraft_version_upgrade) == (0, [], None)
+    # The level comes from the Raft layer, ahead of the image (which replays it later).
+    for downgrade_type in (SAFE, UNSAFE):
+        refused = cluster.update([("kraft.version", 0, downgrade_type)], kraft_version=1)
+        assert_rejected(cluster, refused, "Invalid update version 0 for feature kraft.version. Can't downgrade the "
+                                          "version of this feature.")
+    # Above what the controllers support: the usual support check.
+    too_high = cluster.update([("kraft.version", 2, UPGRADE)], kraft_version=1)
+    assert too_high.response["error_code"] == ErrorCode.INVALID_UPDATE_VERSION
+    assert too_high.kraft_version_upgrade is None
 
 
 def test_no_records_at_all_leaves_the_epoch_alone():

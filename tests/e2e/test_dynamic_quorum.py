@@ -12,6 +12,7 @@ event) and DescribeQuorum; every write kafka-python saw acknowledged is on every
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -35,30 +36,39 @@ WRITER_MAX_WRITES = 20_000
 
 
 class DynamicQuorum:
-    """Controllers 1..count on consecutive loopback ports; controller 1 bootstraps the quorum."""
+    """Controllers 1..count on consecutive loopback ports; controller 1 bootstraps the quorum
+    (`--standalone`), or, with `static_voters`, controllers 1..static_voters are a static
+    quorum (controller.quorum.voters, kraft.version 0) and the others may join it later."""
 
-    def __init__(self, base: Path, count: int) -> None:
+    def __init__(self, base: Path, count: int, static_voters: int = 0) -> None:
         self.base = base
         self.count = count
         self.cluster_id = new_cluster_id()
         self.first_port = free_port_run(count)
         self.processes: dict[int, subprocess.Popen] = {}
         self._logs: dict[int, object] = {}
+        voters = ",".join(f"{node_id}@{self.address(node_id)}" for node_id in range(1, static_voters + 1))
         for node_id in range(1, count + 1):
+            static = node_id <= static_voters
+            quorum = (f"controller.quorum.voters={voters}" if static
+                      else f"controller.quorum.bootstrap.servers={self.address(1)}")
             self.config_path(node_id).write_text("\n".join([
                 "process.roles=controller",
                 f"node.id={node_id}",
                 f"listeners=CONTROLLER://{self.address(node_id)}",
                 "controller.listener.names=CONTROLLER",
-                f"controller.quorum.bootstrap.servers={self.address(1)}",
+                quorum,
                 f"log.dirs={self.data_dir(node_id)}",
                 f"metadata.log.dir={self.data_dir(node_id)}",
                 "controller.quorum.election.timeout.ms=500",
                 "controller.quorum.fetch.timeout.ms=1000",
             ]) + "\n")
-            flag = "--standalone" if node_id == 1 else "--no-initial-controllers"
+            if static:
+                flags = ()
+            else:
+                flags = ("--standalone",) if node_id == 1 and not static_voters else ("--no-initial-controllers",)
             formatted = run_cli("storage", "format", "--config", str(self.config_path(node_id)),
-                                "-t", self.cluster_id, flag)
+                                "-t", self.cluster_id, *flags)
             assert formatted.returncode == 0, formatted.stderr
 
     def address(self, node_id: int) -> str:
@@ -79,7 +89,7 @@ class DynamicQuorum:
         self.processes[node_id] = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "controller", "--config", str(self.config_path(node_id))],
             stdout=subprocess.DEVNULL, stderr=handle, cwd=REPO, env=cli_env())
-        poll_until(f"controller {node_id} to answer", lambda: describe_quorum_or_none(self.address(node_id)), 30)
+        poll_until(f"controller {node_id} to listen", lambda: listening(self.address(node_id)), 30)
 
     def kill(self, node_id: int) -> None:
         process = self.processes.pop(node_id)
@@ -113,6 +123,10 @@ class DynamicQuorum:
         return self.quorum_cli("remove-controller", "--controller-id", str(node_id),
                                "--controller-directory-id", self.directory_id(node_id))
 
+    def features(self, *argv: str) -> subprocess.CompletedProcess:
+        return run_cli("features", *argv, "--bootstrap-controller", self.address(min(self.processes)),
+                       timeout_s=CHANGE_TIMEOUT_S)
+
     def own_voters(self, node_id: int) -> set[int] | None:
         """The voter set node `node_id`'s log holds now (its latest raft.voters_changed)."""
         events = read_events(self.log_path(node_id), "raft.voters_changed")
@@ -132,6 +146,12 @@ class DynamicQuorum:
         except QuorumTestError:
             seen = {node_id: self.own_voters(node_id) for node_id in self.processes}
             raise QuorumTestError(f"voters per node: {seen}, expected {sorted(expected)}") from None
+
+
+def listening(address: str) -> bool | None:
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=1.0):
+        return True
 
 
 def describe_quorum_or_none(address: str):
@@ -297,3 +317,45 @@ def test_refusals_change_nothing(quorum):
     quorum.wait_voters_everywhere({1, 2})
     events = [json.dumps(event) for event in read_events(quorum.log_path(1), "raft.voter_change_refused")]
     assert len(events) >= 3, events
+
+
+def test_a_static_quorum_upgrades_kraft_version_online_then_adds_a_controller(tmp_path):
+    quorum = DynamicQuorum(tmp_path, 4, static_voters=3)
+    try:
+        for node_id in (1, 2, 3, 4):
+            quorum.start(node_id)
+        writer = Writer(quorum)
+        writer.start()
+        try:
+            # kraft.version 0: the voters are the static configuration's, changes are refused.
+            refused = quorum.add(4)
+            assert refused.returncode == 1
+            assert ("UnsupportedVersionException: Cluster doesn't support adding voter because the kraft.version "
+                    "feature is 0") in refused.stdout + refused.stderr
+            upgraded = quorum.features("upgrade", "--feature", "kraft.version=1")
+            assert upgraded.stdout.strip() == "kraft.version was upgraded to 1.", upgraded.stdout + upgraded.stderr
+            quorum.wait_voters_everywhere({1, 2, 3})
+            described = quorum.quorum_cli("describe", "--status")
+            for node_id in (1, 2, 3):
+                assert f'{{"id": {node_id}, "directoryId": "{quorum.directory_id(node_id)}"' in described.stdout
+            downgrade = quorum.features("downgrade", "--feature", "kraft.version=0", "--unsafe")
+            assert downgrade.returncode == 1
+            assert "Invalid update version 0 for feature kraft.version. Can't downgrade the version of this " \
+                   "feature." in downgrade.stdout
+            added = quorum.add(4)
+            assert added.returncode == 0, added.stdout + added.stderr
+            quorum.wait_voters_everywhere({1, 2, 3, 4})
+            wait_for_more_writes(writer, "the upgrade and the new voter")
+        finally:
+            writer.done.set()
+            writer.join(60)
+        # The static nodes keep the log's voters across a restart (controller.quorum.voters
+        # still names three).
+        quorum.kill(1)
+        quorum.start(1)
+        quorum.wait_voters_everywhere({1, 2, 3, 4})
+        for node_id in (1, 2, 3, 4):
+            poll_until(f"acknowledged credentials on controller {node_id}",
+                       lambda: set(writer.acknowledged) <= scram_users_on(quorum.address(node_id)) or None, 30)
+    finally:
+        quorum.stop_all()

@@ -161,8 +161,8 @@ def kafka_result_lines(run: ToolRun) -> list[str]:
 
 @pytest.mark.parametrize("args", [
     ("upgrade", "--release-version", "3.8", "--dry-run"),
-    # 3.9 implies kraft.version 1, which this static quorum cannot take: both tools send
-    # it, and both report the controller's refusal for every feature of the request.
+    # 3.9 implies kraft.version 1: both tools send it, and the controller's Raft layer
+    # checks it (KIP-853: the lone static voter's directory id and range are known).
     ("upgrade", "--release-version", "3.9-IV0", "--dry-run"),
     ("downgrade", "--release-version", START_MV, "--dry-run"),
     ("downgrade", "--release-version", "3.6", "--dry-run"),
