@@ -106,8 +106,10 @@ def voters_property(specs: list[ControllerSpec]) -> str:
 
 
 def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict[str, str] | None = None,
-                 broker_listener: str = "PLAINTEXT") -> Path:
-    """Writes the node's properties file; `broker_listener` names a broker's client listener."""
+                 broker_listener: str = "PLAINTEXT", bootstrap_servers: str | None = None) -> Path:
+    """Writes the node's properties file; `broker_listener` names a broker's client listener.
+    With `bootstrap_servers` the quorum is dynamic (KIP-853): no controller.quorum.voters,
+    the controllers to ask first instead."""
     if spec.role == "broker":
         lines = [
             f"# Broker {spec.node_id}, written by kraftwerk's local cluster tooling.",
@@ -115,7 +117,8 @@ def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict
             "process.roles=broker",
             f"listeners={broker_listener}://127.0.0.1:{spec.port}",
             f"metadata.log.dir={spec.metadata_dir}",
-            f"controller.quorum.voters={voters_property(voters)}",
+            f"controller.quorum.bootstrap.servers={bootstrap_servers}" if bootstrap_servers
+            else f"controller.quorum.voters={voters_property(voters)}",
         ]
     else:
         lines = [
@@ -125,7 +128,9 @@ def write_config(spec: ControllerSpec, voters: list[ControllerSpec], extra: dict
             f"listeners=CONTROLLER://127.0.0.1:{spec.port}",
             f"metadata.log.dir={spec.metadata_dir}",
         ]
-        if len(voters) > 1:
+        if bootstrap_servers:
+            lines += ["controller.listener.names=CONTROLLER", f"controller.quorum.bootstrap.servers={bootstrap_servers}"]
+        elif len(voters) > 1:
             lines.append(f"controller.quorum.voters={voters_property(voters)}")
     for key, value in (extra or {}).items():
         lines.append(f"{key}={value}")
@@ -189,6 +194,85 @@ def stop_controller(controller: ControllerProcess, kill: bool = False) -> None:
     if controller._log_handle is not None:
         controller._log_handle.close()
         controller._log_handle = None
+
+
+# -- growing a running `cluster up --standalone` quorum (KIP-853) -------------------------
+
+ADD_CONTROLLER_TIMEOUT_S = 60.0
+ADD_CONTROLLER_RETRY_S = 0.5  # the new controller is still catching up: ask again
+
+
+def pid_file(spec: ControllerSpec) -> Path:
+    """Where `cluster add-controller` notes a process that `cluster up` did not start itself."""
+    return spec.directory / f"{spec.name}.pid"
+
+
+def running_controllers(work: Path) -> list[ControllerSpec]:
+    """The controllers of a local cluster directory, from their properties files."""
+    specs = []
+    for path in sorted(work.glob("controller-*.properties")):
+        properties = load_properties(path.read_text())
+        listener = properties.get("listeners", "")
+        port = int(listener.rsplit(":", 1)[1]) if ":" in listener else 0
+        specs.append(ControllerSpec(int(properties["node.id"]), port, work))
+    return sorted(specs, key=lambda spec: spec.node_id)
+
+
+def grow_quorum(work: Path) -> tuple[ControllerSpec, str]:
+    """`kraftwerk cluster add-controller`: formats controller N+1 (`--no-initial-controllers`,
+    finding the quorum through the controllers there are), starts it in the background and
+    asks the quorum to add it (`metadata-quorum add-controller`) once it has caught up.
+    Returns its spec and the tool's answer."""
+    existing = running_controllers(work)
+    if not existing:
+        raise LocalClusterError(f"{work} holds no local cluster (run `kraftwerk cluster up --standalone` first)")
+    first = existing[0]
+    meta = read_meta_properties(first.metadata_dir)
+    if meta is None:
+        raise LocalClusterError(f"{first.metadata_dir} is not formatted")
+    template = load_properties(first.config_path.read_text())
+    if "controller.quorum.voters" in template and "controller.quorum.bootstrap.servers" not in template:
+        raise LocalClusterError("this cluster has static voters: upgrade kraft.version to 1 first "
+                                "(`kraftwerk features upgrade --feature kraft.version=1`)")
+    bootstrap = ",".join(spec.address for spec in existing)
+    spec = ControllerSpec(existing[-1].node_id + 1, free_port_run(1), work)
+    extra = {key: value for key, value in template.items()
+             if key.startswith(("broker.", "kraftwerk.")) and key != "node.id"}
+    write_config(spec, [], extra, bootstrap_servers=bootstrap)
+    format_controller(spec, meta.cluster_id, None, ("--no-initial-controllers",))
+    process = start_controller(spec)
+    pid_file(spec).write_text(f"{process.process.pid}\n")
+    deadline = time.monotonic() + ADD_CONTROLLER_TIMEOUT_S
+    # Bounded by the deadline: a refusal for "lagging behind" or "not ready" passes once
+    # the new controller has fetched the log.
+    while True:
+        result = run_cli("metadata-quorum", "--bootstrap-controller", bootstrap, "--command-config",
+                         str(spec.config_path), "add-controller")
+        if result.returncode == 0:
+            return spec, result.stdout.strip()
+        if time.monotonic() > deadline:
+            raise LocalClusterError(f"controller {spec.node_id} was not added: {(result.stdout + result.stderr).strip()}")
+        time.sleep(ADD_CONTROLLER_RETRY_S)
+
+
+def stop_added_controllers(work: Path) -> list[int]:
+    """Stops (SIGTERM, then SIGKILL) the controllers `cluster add-controller` started."""
+    stopped = []
+    for path in sorted(work.glob("controller-*.pid")):
+        try:
+            pid = int(path.read_text().strip())
+        except ValueError:
+            continue
+        if _process_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while _process_alive(pid) and time.monotonic() < deadline:
+                time.sleep(PORT_FILE_POLL_S)
+            if _process_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
+        path.unlink(missing_ok=True)
+    return stopped
 
 
 def poll_until(what: str, condition: Callable[[], bool], *, timeout_s: float, poll_s: float,

@@ -41,6 +41,8 @@ from cli.local_cluster import (
     OPERATOR_USER,
     LocalClusterError,
     SecureLocalCluster,
+    grow_quorum,
+    stop_added_controllers,
 )
 from cli.metadata_tools import add_parsers as add_metadata_tool_parsers
 from cli.migration_story import MigrationCluster, MigrationStoryError
@@ -748,6 +750,8 @@ def cmd_cluster_up(args) -> int:
     work = Path(args.dir).resolve()
     if work.exists() and not args.keep:
         shutil.rmtree(work)
+    if args.standalone and (args.secure or args.release):
+        raise CommandError("--standalone cannot be combined with --secure or --release yet")
     if args.secure:
         try:
             cluster = SecureLocalCluster(work, args.controllers, args.brokers, args.base_port,
@@ -757,7 +761,8 @@ def cmd_cluster_up(args) -> int:
             raise CommandError(str(exc)) from None
     else:
         cluster = LocalCluster(work, args.controllers, args.brokers, args.base_port, args.broker_base_port,
-                               release=args.release, metadata_version=args.metadata_version)
+                               release=args.release, metadata_version=args.metadata_version,
+                               standalone=args.standalone)
     try:
         print(f"Formatting {args.controllers} controller(s) and {args.brokers} broker(s) in {work} "
               f"(cluster id {cluster.cluster_id})", flush=True)
@@ -782,6 +787,15 @@ def cmd_cluster_up(args) -> int:
                   f"{cluster.controllers[0].address}")
             print(f"  kcat -L -b {first}")
             print(f"  python -m kafka.admin -b {first} cluster describe-features", flush=True)
+            if args.standalone:
+                print("\nThe quorum is dynamic (KIP-853): controller 1 is its only voter"
+                      + (f", controllers {', '.join(str(c.node_id) for c in cluster.controllers[1:])} observe it"
+                         if len(cluster.controllers) > 1 else "") + ". Grow it, one controller at a time:")
+                for controller in cluster.controllers[1:]:
+                    print(f"  kraftwerk metadata-quorum --bootstrap-controller {cluster.controllers[0].address} "
+                          f"--command-config {controller.config_path} add-controller")
+                print(f"  kraftwerk cluster add-controller --dir {args.dir}    # a new controller process, added",
+                      flush=True)
         if not args.exit:
             _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
@@ -789,6 +803,19 @@ def cmd_cluster_up(args) -> int:
         raise CommandError(str(exc)) from None
     finally:
         cluster.stop_all()
+        stop_added_controllers(work)
+
+
+def cmd_cluster_add_controller(args) -> int:
+    """`kraftwerk cluster add-controller`: one more controller for a running local cluster
+    with a dynamic quorum, started in the background and added as a voter (KIP-853)."""
+    try:
+        spec, answer = grow_quorum(Path(args.dir).resolve())
+    except LocalClusterError as exc:
+        raise CommandError(str(exc)) from None
+    print(f"controller {spec.node_id} listening on {spec.address} (logs {spec.log_path}); `cluster up` stops it")
+    print(answer)
+    return EXIT_OK
 
 
 def _print_secure_access(cluster, first: str) -> None:
@@ -1169,7 +1196,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SASL_SSL on every listener (a generated CA, PLAIN users for the nodes, a SCRAM user "
                          "admin for you), the StandardAuthorizer with the nodes as super users; prints a "
                          "--command-config file (docs/security.md)")
+    up.add_argument("--standalone", action="store_true",
+                    help="a dynamic quorum (KIP-853): controller 1 formatted --standalone, the other controllers "
+                         "as observers to add with `metadata-quorum add-controller` or `cluster add-controller`")
     up.set_defaults(func=cmd_cluster_up)
+    grow = cluster_sub.add_parser("add-controller", help="start one more controller for a running `cluster up "
+                                                         "--standalone` cluster and add it to the voters")
+    grow.add_argument("--dir", default="var/cluster")
+    grow.set_defaults(func=cmd_cluster_add_controller)
     story = cluster_sub.add_parser("demo-upgrade", help="3 controllers + 3 brokers: roll 3.5 -> 3.7, upgrade "
                                                         "metadata.version online, downgrade safe and unsafe")
     story.add_argument("--dir", default="var/demo-upgrade")

@@ -110,8 +110,15 @@ class LocalCluster:
 
     def __init__(self, work: Path, controllers: int = 3, brokers: int = 3, controller_base_port: int | None = None,
                  broker_base_port: int | None = None, release: str | None = None,
-                 metadata_version: str | None = None, extra: dict[str, str] | None = None) -> None:
+                 metadata_version: str | None = None, extra: dict[str, str] | None = None,
+                 standalone: bool = False) -> None:
+        """`standalone`: a dynamic quorum (KIP-853): controller 1 is formatted `--standalone`,
+        the other controllers `--no-initial-controllers` (observers until added), every
+        node finds the quorum through controller 1 (controller.quorum.bootstrap.servers)."""
         self.work = work
+        self.standalone = standalone
+        # Controllers added after format (KIP-853 add-controller), found through the others.
+        self.added: set[int] = set()
         self.cluster_id = random_uuid_string()
         controller_base_port = controller_base_port or lc.free_port_run(controllers)
         broker_base_port = broker_base_port or (lc.free_port_run(brokers) if brokers else 0)
@@ -150,12 +157,31 @@ class LocalCluster:
         release = self.releases.get(spec.node_id)
         if release:
             extra["kraftwerk.release"] = release
-        lc.write_config(spec, self.controllers, extra)
+        lc.write_config(spec, self.static_voters, extra, bootstrap_servers=self.bootstrap_servers(spec))
+
+    @property
+    def static_voters(self) -> list[lc.ControllerSpec]:
+        """The controllers the cluster was formatted with (not those added later)."""
+        return [c for c in self.controllers if c.node_id not in self.added]
+
+    def bootstrap_servers(self, spec: lc.ControllerSpec) -> str | None:
+        """controller.quorum.bootstrap.servers of a node of a dynamic quorum (None: static
+        voters): controller 1 for a standalone quorum; the first controllers for one added."""
+        if self.standalone:
+            return self.controllers[0].address
+        if spec.node_id in self.added:
+            return ",".join(c.address for c in self.static_voters)
+        return None
+
+    def _format_flags(self, spec: lc.ControllerSpec) -> tuple[str, ...]:
+        if not self.standalone or spec.role == "broker":
+            return ()
+        return ("--standalone",) if spec is self.controllers[0] else ("--no-initial-controllers",)
 
     def format(self) -> None:
         for spec in self.specs:
             self._write_config(spec)
-            lc.format_node(spec, self.cluster_id, self.metadata_version)
+            lc.format_node(spec, self.cluster_id, self.metadata_version, self._format_flags(spec))
 
     def start(self, node_id: int) -> lc.ControllerProcess:
         spec = self.spec(node_id)
@@ -182,6 +208,18 @@ class LocalCluster:
         self.releases[node_id] = release
         self._write_config(spec)
         lc.format_node(spec, self.cluster_id, self.metadata_version)
+        return node_id
+
+    def add_controller(self, release: str | None) -> int:
+        """Plans and formats one more controller, an observer of a dynamic quorum until
+        `kraftwerk metadata-quorum add-controller` adds it (KIP-853); returns its id."""
+        node_id = max(c.node_id for c in self.controllers) + 1
+        spec = lc.ControllerSpec(node_id, lc.free_port_run(1), self.work)
+        self.controllers.append(spec)
+        self.added.add(node_id)
+        self.releases[node_id] = release
+        self._write_config(spec)
+        lc.format_node(spec, self.cluster_id, self.metadata_version, ("--no-initial-controllers",))
         return node_id
 
     def stop(self, node_id: int, kill: bool = False) -> None:

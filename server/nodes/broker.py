@@ -43,7 +43,7 @@ from prometheus_client import Gauge
 from protocol.registry import API_MESSAGES
 from server.api.catalog import NodeRole, served_table
 from server.broker.lifecycle import BrokerLifecycle, BrokerState
-from server.config import ServerConfig
+from server.config import ServerConfig, VoterAddress
 from server.controller.features import METADATA_VERSION, find_metadata_version, unsupported_finalized_levels
 from server.controller.replayer import Replayer
 from server.controller.state import SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN
@@ -110,6 +110,7 @@ class BrokerNode(ServingNode, BrokerServices):
         self.lifecycle = BrokerLifecycle(self, random.Random(self._rng.random()))
         self.was_member = False
         self._nursery: trio.Nursery | None = None
+        self._security: ClientSecurity | None = None
         self._metadata_version: int | None = None
         # Counters and marks for tests, benchmarks and logs.
         self.metadata_version_changes = 0
@@ -125,14 +126,26 @@ class BrokerNode(ServingNode, BrokerServices):
 
     @property
     def voters(self):
-        return self.config.quorum_voters
+        """The controllers of the quorum: the log's voters at kraft.version 1 (KIP-853),
+        else controller.quorum.voters."""
+        driver = self.raft_driver
+        voter_set = driver.dynamic_voters if driver is not None else None
+        if voter_set is None:
+            return self.config.quorum_voters
+        addresses = []
+        for voter in voter_set:
+            address = driver.peer_address(voter.node_id)
+            if address is not None:
+                addresses.append(VoterAddress(voter.node_id, address.host, address.port))
+        return tuple(addresses)
 
     # -- start-up -----------------------------------------------------------------
     def open(self) -> None:
         config = self.config
         meta = startup.read_formatted_meta(config, format_hint=" with this broker's config (process.roles=broker)")
-        if not config.quorum_voters:
-            raise StartupError("a broker needs controller.quorum.voters (id@host:port,...) to find the controllers")
+        if not config.quorum_voters and not config.quorum_bootstrap_servers:
+            raise StartupError("a broker needs controller.quorum.voters (id@host:port,...) or "
+                               "controller.quorum.bootstrap.servers (host:port,...) to find the controllers")
         voter_ids = frozenset(voter.node_id for voter in config.quorum_voters)
         if config.node_id in voter_ids:
             raise StartupError(f"node.id {config.node_id} is a controller in controller.quorum.voters; brokers "
@@ -152,7 +165,7 @@ class BrokerNode(ServingNode, BrokerServices):
             # Not a voter: the driver is a Raft observer that fetches the metadata log.
             self.raft_driver = startup.build_raft_driver(
                 config, recovered, meta.cluster_id, voter_ids, peers, random.Random(self._rng.random()),
-                client_id=f"kraftwerk-broker-{config.node_id}", security=security)
+                client_id=f"kraftwerk-broker-{config.node_id}", security=security, directory_id=self.directory_id)
             # The broker's requests to the controllers (registration, heartbeats, ApiVersions,
             # forwarded requests) go over connections of their own: the observer's connection
             # to the leader carries a long-polled Fetch that the leader answers in order, which
@@ -169,9 +182,21 @@ class BrokerNode(ServingNode, BrokerServices):
                 self.raft_driver, state, recovered.replay_from, self.supported_node_features,
                 node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
                 stop_on_unsupported_level=False)
+            self._security = security
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
-                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms),
+                                       connect=lambda node_id: self._connect(self._forward_peers, node_id, "-forward"))
         self._metadata_version = state.metadata_version
+
+    def _connect(self, connections: dict[int, PeerConnection], node_id: int, client_suffix: str) -> PeerConnection | None:
+        """A connection to a controller the log named (a dynamic quorum, KIP-853), opened now."""
+        address = self.raft_driver.peer_address(node_id) if self.raft_driver is not None else None
+        if address is None or self._nursery is None:
+            return None
+        peer = self._controller_connections({node_id: address}, client_suffix, self._security)[node_id]
+        connections[node_id] = peer
+        self._nursery.start_soon(peer.run)
+        return peer
 
     def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
                                 security: ClientSecurity) -> dict[int, PeerConnection]:
@@ -217,7 +242,9 @@ class BrokerNode(ServingNode, BrokerServices):
 
     def controller_peer(self, node_id: int | None) -> PeerConnection | None:
         """The connection for broker-to-controller requests to controller `node_id`."""
-        return self._controller_peers.get(node_id) if node_id is not None else None
+        if node_id is None:
+            return None
+        return self._controller_peers.get(node_id) or self._connect(self._controller_peers, node_id, "")
 
     async def wait_metadata_known(self) -> None:
         """Until the image holds a metadata.version and has replayed what the leader had
@@ -277,7 +304,7 @@ class BrokerNode(ServingNode, BrokerServices):
         driver = self.raft_driver
         with trio.move_on_after(RENEGOTIATE_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
-                for voter in self.config.quorum_voters:
+                for voter in self.voters:
                     for peer in (self._forward_peers.get(voter.node_id), self.controller_peer(voter.node_id)):
                         if peer is not None:
                             nursery.start_soon(self._renegotiate_peer, peer, level, replayed_offset)

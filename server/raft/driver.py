@@ -323,7 +323,8 @@ class RaftDriver:
         voter_history: VoterHistory | None = None,
     ) -> None:
         self.config = config
-        self._rules = PeerRules(config.cluster_id, config.node_id, config.voters)
+        # No static voters: a dynamic quorum's node, which learns the voters from the log.
+        self._rules = PeerRules(config.cluster_id, config.node_id, config.voters, dynamic=not config.voters)
         # Dynamic quorums (KIP-853): the controller listener whose endpoint a voter is reached
         # on, and the credentials of connections opened to voters the log adds.
         self._listener_name = listener_name

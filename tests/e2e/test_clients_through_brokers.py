@@ -10,6 +10,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka.admin import KafkaAdminClient, UpdateFeatureType
 
+from .helpers import status_node_ids
+
 
 pytestmark = pytest.mark.e2e
 
@@ -69,4 +71,6 @@ def test_our_cli_through_a_broker(cluster):
     quorum = run_cli("metadata-quorum", "describe", "--status", "--bootstrap-server", cluster.address(101))
     assert quorum.returncode == 0, quorum.stderr
     assert "LeaderId:               1" in quorum.stdout
-    assert 'CurrentObservers:       [{"id": 101}, {"id": 102}]' in quorum.stdout
+    # Brokers are observers, with the directory ids their fetches name (KIP-853).
+    assert status_node_ids(quorum.stdout, "CurrentObservers") == [101, 102]
+    assert '"directoryId": ' in quorum.stdout.split("CurrentObservers:", 1)[1]
