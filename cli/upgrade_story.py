@@ -37,9 +37,9 @@ from protocol.frames import decode_response, encode_request
 from cli import local_cluster as lc
 from server.client import ClientError, KafkaClient
 from server.controller.features import metadata_version_from_level, metadata_version_from_name
-from server.storage.meta_properties import random_uuid_string
+from server.storage.meta_properties import random_uuid_string, read_meta_properties
 
-API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
+API_VERSIONS, METADATA, DESCRIBE_CLUSTER, CREATE_TOPICS = 18, 3, 60, 19
 READY_TIMEOUT_S = 60.0
 POLL_S = 0.05  # polling other processes' state: there is nothing to wait on but asking again
 PROBE_INTERVAL_S = 0.05
@@ -292,7 +292,8 @@ class ClientProbe:
     """A client that keeps asking the brokers for Metadata, as an application would:
     on an error it reconnects to the next broker. Records the longest time without an
     answer and how often a connection was closed under it (a broker restart, or the
-    KIP-778 close after a metadata.version change)."""
+    KIP-778 close after a metadata.version change). While `writing` is set, every other
+    request creates a topic (`written` lists those the controller acknowledged)."""
 
     def __init__(self, addresses: list[str], seed: int = 7) -> None:
         self._addresses = list(addresses)
@@ -303,6 +304,9 @@ class ClientProbe:
         self.reconnects = 0
         self.longest_gap_s = 0.0
         self.errors: list[str] = []
+        self.writing = threading.Event()
+        self.written: list[str] = []
+        self.longest_write_gap_s = 0.0
 
     def __enter__(self) -> ClientProbe:
         self._thread.start()
@@ -316,6 +320,7 @@ class ClientProbe:
         sock = None
         index = self._rng.randrange(len(self._addresses))
         last_answer = time.monotonic()
+        last_write: float | None = None
         correlation = 0
         while not self._stop.is_set():
             try:
@@ -323,15 +328,29 @@ class ClientProbe:
                     host, port = self._addresses[index % len(self._addresses)].rsplit(":", 1)
                     sock = socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_S)
                 correlation += 1
-                sock.sendall(encode_request(METADATA, 4, correlation, "kraftwerk-probe", {"topics": []}))
+                write = self.writing.is_set() and correlation % 2 == 0
+                if write:
+                    name = f"probe-{correlation}"
+                    sock.sendall(encode_request(CREATE_TOPICS, 5, correlation, "kraftwerk-probe", {
+                        "topics": [{"name": name, "num_partitions": 1, "replication_factor": 1}],
+                        "timeout_ms": int(PROBE_TIMEOUT_S * 1000)}))
+                    api_key, version = CREATE_TOPICS, 5
+                else:
+                    sock.sendall(encode_request(METADATA, 4, correlation, "kraftwerk-probe", {"topics": []}))
+                    api_key, version = METADATA, 4
                 size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
-                answered, _ = decode_response(METADATA, 4, _recv_exactly(sock, size))
+                answered, body = decode_response(api_key, version, _recv_exactly(sock, size))
                 if answered != correlation:
                     raise OSError("correlation id mismatch")
                 now = time.monotonic()
                 self.longest_gap_s = max(self.longest_gap_s, now - last_answer)
                 last_answer = now
                 self.answers += 1
+                if write and body.topics and body.topics[0].error_code == 0:
+                    self.written.append(name)
+                    if last_write is not None:
+                        self.longest_write_gap_s = max(self.longest_write_gap_s, now - last_write)
+                    last_write = now
             except (OSError, ValueError) as exc:
                 self.errors.append(str(exc))
                 if sock is not None:
@@ -368,6 +387,8 @@ class UpgradeStory:
     UPGRADE_STEPS = ("3.6-IV2", "3.7-IV0", "3.7-IV2", "3.7-IV4")
     LOSSLESS_TARGET = "3.7-IV2"
     LOSSY_TARGET = "3.6-IV2"
+    # The first release with kraft.version 1 (KIP-853's dynamic quorums), and its metadata.version.
+    QUORUM_RELEASE, QUORUM_METADATA_VERSION = "3.9", "3.9-IV0"
 
     def __init__(self, work: Path, say: Callable[[str], None] = print, base_port: int | None = None,
                  broker_base_port: int | None = None) -> None:
@@ -377,6 +398,8 @@ class UpgradeStory:
         self.cluster = LocalCluster(work, controller_base_port=base_port, broker_base_port=broker_base_port,
                                     release=self.START_RELEASE, metadata_version=self.START_MV)
         self.records: list[StepRecord] = []
+        # The topics the client probe created and saw acknowledged.
+        self.probe_written: list[str] = []
 
     # -- operator commands --------------------------------------------------------------
     def kraftwerk(self, title: str, *argv: str, expect_ok: bool = True) -> str:
@@ -417,7 +440,7 @@ class UpgradeStory:
                        "--bootstrap-server", cluster.brokers[0].address)
         self.record("started", unfenced=cluster.unfenced(), advertised=self.advertised_by_brokers())
 
-    def roll(self, release: str, probe: ClientProbe | None = None) -> None:
+    def roll(self, release: str, probe: ClientProbe | None = None, title: str = "rolled") -> None:
         """Restarts every node on `release`, one at a time, waiting for each to be back."""
         cluster = self.cluster
         self.note(f"rolling restart to release {release}, one node at a time (controllers first)")
@@ -432,7 +455,7 @@ class UpgradeStory:
                                    lambda: node_view(spec.address).finalized.get("metadata.version", 0) > 0)
             self.say(f"  {spec.role} {spec.node_id} now runs release {release}")
         view = node_view(cluster.brokers[0].address)
-        self.record("rolled", release=release, supported=view.supported["metadata.version"],
+        self.record(title, release=release, supported=view.supported["metadata.version"],
                     unfenced=cluster.unfenced(), probe_gap_s=probe.longest_gap_s if probe else None)
         self.kraftwerk("every node supports more now; nothing is finalized higher yet", "features", "describe",
                        "--bootstrap-server", cluster.brokers[0].address)
@@ -486,6 +509,45 @@ class UpgradeStory:
         self.kraftwerk("the cluster after the lossy downgrade", "features", "describe", "--bootstrap-server",
                        cluster.brokers[0].address)
 
+    def replace_a_controller(self, probe: ClientProbe) -> None:
+        """KIP-853 on the same cluster: every node on a release with kraft.version 1, the
+        voters moved into the metadata log, and controller 1 replaced by a new controller 4,
+        online, while the client keeps writing through the brokers."""
+        cluster = self.cluster
+        self.roll(self.QUORUM_RELEASE, probe, title="rolled for the quorum")
+        # Talking to the controllers directly (--bootstrap-controller) needs 3.7-IV0 or later.
+        self.upgrade_step(self.QUORUM_METADATA_VERSION)
+        probe.writing.set()
+        self.kraftwerk("kraft.version 1: the voters go into the metadata log (KIP-853), online", "features",
+                       "upgrade", "--feature", "kraft.version=1", "--bootstrap-server", cluster.broker_addresses)
+        controllers = ",".join(c.address for c in cluster.controllers)
+        self.kraftwerk("the voters now carry directory ids", "metadata-quorum", "--bootstrap-controller", controllers,
+                       "describe", "--status")
+        newcomer = cluster.add_controller(self.QUORUM_RELEASE)
+        spec = cluster.spec(newcomer)
+        process = cluster.start(newcomer)
+        self.say(f"  controller {newcomer} (release {self.QUORUM_RELEASE}, formatted --no-initial-controllers) "
+                 f"on {process.address}: an observer of the quorum")
+        # It must catch up before the leader adds it (Kafka's rule): asked until it has.
+        cluster.wait_until(f"controller {newcomer} to be added", lambda: lc.run_cli(
+            "metadata-quorum", "--bootstrap-controller", controllers, "--command-config", str(spec.config_path),
+            "add-controller").returncode == 0)
+        self.say(f"$ kraftwerk metadata-quorum --bootstrap-controller {controllers} --command-config "
+                 f"{spec.config_path} add-controller    # controller {newcomer} becomes a voter")
+        leaving = cluster.controllers[0]
+        directory_id = read_meta_properties(leaving.metadata_dir).directory_id
+        self.kraftwerk(f"controller {leaving.node_id} leaves the voters", "metadata-quorum", "--bootstrap-controller",
+                       controllers, "remove-controller", "--controller-id", str(leaving.node_id),
+                       "--controller-directory-id", directory_id)
+        cluster.stop(leaving.node_id)
+        remaining = ",".join(c.address for c in cluster.controllers if c is not leaving)
+        status = self.kraftwerk("the quorum after the replacement", "metadata-quorum", "--bootstrap-controller",
+                                remaining, "describe", "--status")
+        self.record("controller replaced", status=status, added=newcomer, removed=leaving.node_id,
+                    written=len(probe.written), longest_write_gap_s=probe.longest_write_gap_s)
+        self.note(f"the client's writes went on throughout: {len(probe.written)} topics created, the longest "
+                  f"wait between two of them {probe.longest_write_gap_s * 1000:.0f} ms")
+
     def run(self, after_upgrade: Callable[[str, StepRecord], None] | None = None) -> list[StepRecord]:
         """The whole story; `after_upgrade(target, record)` runs after each online upgrade
         (the end-to-end test checks more there)."""
@@ -498,6 +560,8 @@ class UpgradeStory:
                 if after_upgrade is not None:
                     after_upgrade(target, record)
             self.downgrades()
+            self.replace_a_controller(probe)
+        self.probe_written = list(probe.written)
         self.record("client probe", answers=probe.answers, reconnects=probe.reconnects,
                     longest_gap_s=probe.longest_gap_s)
         self.note(f"a client asked the brokers for metadata every {PROBE_INTERVAL_S * 1000:.0f} ms throughout: "

@@ -11,6 +11,8 @@ from kafka.admin import KafkaAdminClient
 from server.controller.features import metadata_version_from_name
 from cli.upgrade_story import StoryError, UpgradeStory, log_events
 
+from .helpers import status_node_ids
+
 pytestmark = pytest.mark.e2e
 
 EXIT_TIMEOUT_S = 60.0
@@ -30,6 +32,18 @@ def describe_through(address: str) -> tuple[int, int, tuple[int, int]]:
         return described["finalized"][1], described["finalized_epoch"], described["supported"]
     finally:
         admin.close()
+
+
+def topic_names(address: str) -> set[str]:
+    admin = KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=10_000, client_id="story-e2e")
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
+def story_written(story: UpgradeStory) -> list[str]:
+    return story.probe_written
 
 
 def wait_exit(cluster, node_id: int) -> int:
@@ -122,12 +136,23 @@ def test_the_upgrade_story(tmp_path):
             assert all("RegisterBrokerRecord.LogDirs (since 3.7-IV2)" in d for d in dropped)
         assert lossy["view"].finalized[MV] == level("3.6-IV2")
         assert lossy["unfenced"] == broker_ids
+        # KIP-853 on the same cluster: kraft.version 1, controller 1 replaced by controller 4
+        # online, while the client's topic creations went on through the brokers.
+        replaced = by_title["controller replaced"].facts
+        assert (replaced["added"], replaced["removed"]) == (4, 1)
+        assert status_node_ids(replaced["status"], "CurrentVoters") == [2, 3, 4]
+        assert '"directoryId": ' in replaced["status"]
+        assert replaced["written"] > 0
+        assert "kraft.version was upgraded to 1." in "\n".join(lines)
+        written = set(story_written(story))
+        assert written <= topic_names(cluster.brokers[0].address)
         # Both survive restarts of every node.
         for spec in cluster.specs:
             cluster.stop(spec.node_id)
             cluster.start(spec.node_id)
         cluster.wait_unfenced(broker_ids)
         finalized, epoch, _ = describe_through(cluster.brokers[1].address)
-        assert finalized == level("3.6-IV2") and epoch > seen_epochs[-1]
+        # The quorum step ended at 3.9-IV0 (on release 3.9, for kraft.version 1).
+        assert finalized == level("3.9-IV0") and epoch > seen_epochs[-1]
     finally:
         cluster.stop_all()

@@ -21,23 +21,20 @@ import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 import sys
-import time
-from dataclasses import dataclass
 
 import pytest
 
-from cli.local_cluster import free_port_run
-from kafka_peer.kafka_nodes import KafkaNode, KafkaNodeConfig, server_missing, stop_all
+from kafka_peer.kafka_nodes import server_missing
 from server.storage.meta_properties import random_uuid_string, read_meta_properties
 
 from .kafka_tools import METADATA_QUORUM, REPO_ROOT, ToolRun, run_tool, tools_missing
+from .quorum_nodes import (KAFKA, dynamic_quorum, first_error_line, replication_rows, status_shape,
+                           voter_set_error, wait_caught_up_observer)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 CLI_TIMEOUT_S = 30.0
-CATCH_UP_TIMEOUT_S = 30.0
-POLL_S = 0.5  # another process's state has no event to wait on: asking again is all
 
 
 def kraftwerk(*args: str, timeout_s: float = CLI_TIMEOUT_S) -> ToolRun:
@@ -50,21 +47,12 @@ def kafka(*args: str) -> ToolRun:
     return run_tool(METADATA_QUORUM, *args)
 
 
-_LOG_LINE = re.compile(r"^\[[^\]]*\] (TRACE|DEBUG|INFO|WARN|ERROR) ")  # slf4j-simple: Kafka's own logging
-
-
 def both(*args: str) -> tuple[ToolRun, ToolRun]:
     """Kafka's tool and kraftwerk's on the same arguments, side by side (two processes)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         kafka_run = pool.submit(kafka, *args)
         kraftwerk_run = pool.submit(kraftwerk, *args)
         return kafka_run.result(), kraftwerk_run.result()
-
-
-def first_error_line(run: ToolRun) -> str:
-    """The tool's first line for the operator on stderr (not a log line)."""
-    lines = [line for line in run.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)]
-    return lines[0] if lines else ""
 
 
 def assert_same(kafka_run: ToolRun, kraftwerk_run: ToolRun) -> None:
@@ -155,95 +143,13 @@ def test_option_checks_match_kafka(tools, args):
 # A real Kafka 4.4.0 dynamic quorum
 # --------------------------------------------------------------------------
 
-class DynamicControllerConfig(KafkaNodeConfig):
-    """A Kafka controller of a dynamic quorum: controller.quorum.bootstrap.servers instead
-    of controller.quorum.voters."""
-
-    def properties(self) -> dict[str, str]:
-        properties = super().properties()
-        del properties["controller.quorum.voters"]
-        properties["controller.quorum.bootstrap.servers"] = self.quorum_voters
-        return properties
-
-
-@dataclass
-class DynamicQuorum:
-    first: KafkaNode
-    second: KafkaNode
-    second_directory_id: str
-
-    @property
-    def bootstrap(self) -> list[str]:
-        return ["--bootstrap-controller", self.first.address]
-
-
 @pytest.fixture(scope="module")
 def quorum(tools, tmp_path_factory):
     missing = server_missing()
     if missing is not None:
         pytest.skip(missing)
-    tmp = tmp_path_factory.mktemp("dynamic-quorum")
-    port = free_port_run(2)
-    bootstrap = f"127.0.0.1:{port}"
-    nodes = [KafkaNode(DynamicControllerConfig(node_id, port + node_id - 1, tmp / f"c{node_id}", bootstrap,
-                                               roles=("controller",)))
-             for node_id in (1, 2)]
-    try:
-        nodes[0].format(CLUSTER_ID, "--standalone")
-        nodes[1].format(CLUSTER_ID, "--no-initial-controllers")
-        for node in nodes:
-            node.start()
-        for node in nodes:
-            node.wait_ready()
-        meta = read_meta_properties(nodes[1].config.data_dir)
-        yield DynamicQuorum(nodes[0], nodes[1], meta.directory_id)
-    finally:
-        stop_all(nodes)
-
-
-def replication_rows(run: ToolRun) -> dict[tuple[int, str], list[str]]:
-    """The --replication table: (node id, status) -> its cells."""
-    header, *rows = [[cell.strip() for cell in line.split("\t")] for line in run.lines]
-    assert header[:7] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-                          "LastCaughtUpTimestamp", "Status"], run.describe()
-    return {(int(row[0]), row[6]): row for row in rows}
-
-
-def wait_caught_up_observer(quorum: DynamicQuorum) -> None:
-    """Until the leader lists controller 2 as an observer with its directory id and no lag:
-    AddRaftVoter refuses a node that is not caught up."""
-    deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-    while True:
-        run = kraftwerk(*quorum.bootstrap, "describe", "--replication")
-        if run.returncode == 0:
-            row = replication_rows(run).get((2, "Observer"))
-            if row is not None and row[1] == quorum.second_directory_id and row[3] == "0" and row[5] != "-1":
-                return
-        assert time.monotonic() < deadline, f"controller 2 did not catch up as an observer:\n{run.describe()}"
-        time.sleep(POLL_S)
-
-
-_DIRECTORY_ID = re.compile(r'"directoryId": "[A-Za-z0-9_-]{22}"')
-_PORT = re.compile(r":\d+\b")
-
-
-def status_shape(run: ToolRun) -> list[str]:
-    """describe --status with the numbers and ids masked: the layout both tools must share."""
-    shape = []
-    for line in run.lines:
-        line = _DIRECTORY_ID.sub('"directoryId": "<id>"', line)
-        line = re.sub(r"^(ClusterId|LeaderEpoch|HighWatermark|MaxFollowerLag|MaxFollowerLagTimeMs):(\s+)\S+$",
-                      r"\1:\2<n>", line)
-        shape.append(line)
-    return shape
-
-
-def voter_set_error(run: ToolRun) -> tuple[str, frozenset[str]]:
-    """An error line naming a Java HashSet of voters, with the set's order taken out."""
-    line = first_error_line(run)
-    head, sep, rest = line.partition(" [")
-    members, _, tail = rest.rpartition("]")
-    return head + sep + "<set>]" + tail, frozenset(re.findall(r"ReplicaKey\([^)]*\)", members))
+    with dynamic_quorum(KAFKA, tmp_path_factory.mktemp("dynamic-quorum"), CLUSTER_ID) as built:
+        yield built
 
 
 def test_dynamic_quorum_add_describe_and_errors_match_kafka(quorum, tmp_path):
