@@ -11,9 +11,9 @@ metadata records at the downgraded version (thereby excluding new fields)".
 kraftwerk's image holds broker registrations (features, endpoints, rack, and
 the fields below) and finalized features; of the catalogued additions, the
 registration fields are what an image can actually hold today, so those are
-what a projection drops. Record types the image does not keep (topics,
-controller registrations, ZK migration state) are listed for the operator
-and written nowhere.
+what a projection drops. Record types the image does not keep (topics, ZK
+migration state) are listed for the operator and written nowhere; controller
+registrations are kept, and dropped below 3.7-IV0, where they do not exist.
 
 Rules kept here:
 - Pure functions of (image, level): every node projects at the same log offset
