@@ -813,13 +813,19 @@ def _version_range(low: int, high: int) -> str:
     return f"{low}-{high}"
 
 
-def _broker_text(registration) -> str:
+def _listeners_and_features_text(registration) -> tuple[str, str]:
+    """Kafka's texts of a broker's or controller's registered endpoints and features (sorted by name)."""
     listeners = ", ".join(
         f"Endpoint(listenerName='{e.name}', securityProtocol="
         f"{_SECURITY_PROTOCOLS.get(e.security_protocol, e.security_protocol)}, host='{e.host}', port={e.port})"
         for e in sorted(registration.endpoints, key=lambda endpoint: endpoint.name))
     features = ", ".join(f"{name}: {_version_range(r.min_level, r.max_level)}"
                          for name, r in sorted(registration.supported_features.items()))
+    return listeners, features
+
+
+def _broker_text(registration) -> str:
+    listeners, features = _listeners_and_features_text(registration)
     cordoned = registration.cordoned_log_dirs
     return (f"BrokerRegistration(id={registration.broker_id}, epoch={registration.epoch}, "
             f"incarnationId={uuid_to_string(registration.incarnation_id)}, listeners=[{listeners}], "
@@ -833,12 +839,7 @@ def _broker_text(registration) -> str:
 
 def _controller_text(registration) -> str:
     """Kafka 4.4's ControllerRegistration.toString (listeners and features sorted by name)."""
-    listeners = ", ".join(
-        f"Endpoint(listenerName='{e.name}', securityProtocol="
-        f"{_SECURITY_PROTOCOLS.get(e.security_protocol, e.security_protocol)}, host='{e.host}', port={e.port})"
-        for e in sorted(registration.endpoints, key=lambda endpoint: endpoint.name))
-    features = ", ".join(f"{name}: {_version_range(r.min_level, r.max_level)}"
-                         for name, r in sorted(registration.supported_features.items()))
+    listeners, features = _listeners_and_features_text(registration)
     return (f"ControllerRegistration(id={registration.controller_id}, "
             f"incarnationId={uuid_to_string(registration.incarnation_id)}, "
             f"zkMigrationReady={_java_bool(registration.zk_migration_ready)}, listeners=[{listeners}], "

@@ -44,6 +44,7 @@ from server.storage.meta_properties import (
     read_meta_properties,
     uuid_to_string,
 )
+from server.voters import Endpoint
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -191,18 +192,6 @@ def parse_kafka_uuid(text: str) -> uuid.UUID:
 # --------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Endpoint:
-    listener: str
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        # Kafka's RaftVoterEndpoint.toString: an IPv6 host in brackets.
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.listener}://{host}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
 class NewController:
     node_id: int
     directory_id: uuid.UUID
@@ -282,9 +271,9 @@ def controller_endpoints(properties: Mapping[str, str]) -> tuple[Endpoint, ...]:
     `advertised.listeners`, in controller.listener.names order."""
     by_name: dict[str, Endpoint] = {}
     for endpoint in _listener_endpoints(properties.get("listeners", "")):
-        by_name[endpoint.listener] = endpoint
+        by_name[endpoint.name] = endpoint
     for endpoint in _listener_endpoints(properties.get("advertised.listeners", "")):
-        by_name[endpoint.listener] = endpoint
+        by_name[endpoint.name] = endpoint
     if "controller.listener.names" not in properties:
         raise TerseError("controller.listener.names was not found. Is this a valid controller configuration file?")
     chosen: dict[Endpoint, None] = {}  # an ordered set, as the tool's LinkedHashSet
@@ -293,7 +282,7 @@ def controller_endpoints(properties: Mapping[str, str]) -> tuple[Endpoint, ...]:
         endpoint = by_name.get(name)
         if endpoint is None:
             raise TerseError(f"Cannot find information about controller listener name: {name}")
-        chosen[Endpoint(endpoint.listener, endpoint.host or "localhost", endpoint.port)] = None
+        chosen[Endpoint(endpoint.name, endpoint.host or "localhost", endpoint.port)] = None
     return tuple(chosen)
 
 
@@ -655,7 +644,7 @@ async def _add(target: Target, controller: NewController):
         "timeout_ms": int(target.timeout_s * 1000),
         "voter_id": controller.node_id,
         "voter_directory_id": controller.directory_id,
-        "listeners": [{"name": e.listener, "host": e.host, "port": e.port} for e in controller.endpoints],
+        "listeners": [{"name": e.name, "host": e.host, "port": e.port} for e in controller.endpoints],
         # v1: answer once the new voter set is committed (v0 always does).
         "ack_when_committed": True,
     })

@@ -128,6 +128,19 @@ class ControllerRegistration:
         return next((e for e in self.endpoints if e.name == listener_name), None)
 
 
+def _features_and_endpoints(data: Any) -> tuple[dict[str, SupportedRange], tuple[BrokerEndpoint, ...]]:
+    """The supported features and endpoints of a RegisterBrokerRecord or RegisterControllerRecord."""
+    features = {
+        _get(f, "name"): SupportedRange(_get(f, "min_supported_version"), _get(f, "max_supported_version"))
+        for f in _get(data, "features", [])
+    }
+    endpoints = tuple(
+        BrokerEndpoint(_get(e, "name"), _get(e, "host"), _get(e, "port"), _get(e, "security_protocol"))
+        for e in _get(data, "end_points", [])
+    )
+    return features, endpoints
+
+
 def _uuid_tuple(values: Any) -> tuple[uuid.UUID, ...] | None:
     return None if values is None else tuple(values)
 
@@ -581,14 +594,7 @@ class ControllerState:
                     self._image.topics_view = None
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
-        features = {
-            _get(f, "name"): SupportedRange(_get(f, "min_supported_version"), _get(f, "max_supported_version"))
-            for f in _get(data, "features", [])
-        }
-        endpoints = tuple(
-            BrokerEndpoint(_get(e, "name"), _get(e, "host"), _get(e, "port"), _get(e, "security_protocol"))
-            for e in _get(data, "end_points", [])
-        )
+        features, endpoints = _features_and_endpoints(data)
         registration = BrokerRegistration(
             broker_id=_get(data, "broker_id"),
             incarnation_id=_get(data, "incarnation_id"),
@@ -613,14 +619,7 @@ class ControllerState:
     def _replay_register_controller(self, data: Any, offset: int) -> None:
         # Kafka keeps the latest registration per id: a controller that restarts (a new
         # incarnation) or re-registers replaces its old one.
-        features = {
-            _get(f, "name"): SupportedRange(_get(f, "min_supported_version"), _get(f, "max_supported_version"))
-            for f in _get(data, "features", [])
-        }
-        endpoints = tuple(
-            BrokerEndpoint(_get(e, "name"), _get(e, "host"), _get(e, "port"), _get(e, "security_protocol"))
-            for e in _get(data, "end_points", [])
-        )
+        features, endpoints = _features_and_endpoints(data)
         registration = ControllerRegistration(
             controller_id=_get(data, "controller_id"),
             incarnation_id=_get(data, "incarnation_id"),
