@@ -122,8 +122,10 @@ class Replayer:
                 await trio.lowlevel.checkpoint()
             for item in items:
                 if isinstance(item, SnapshotLoaded):
-                    contents = await trio.to_thread.run_sync(read_snapshot, item.path)
-                    self.state = load_snapshot(contents.records, item.snapshot_id.end_offset, self.state.cluster_id)
+                    # Read and loaded off the event loop: a large image takes seconds, during
+                    # which this node must keep fetching (it may be a voter the quorum counts).
+                    self.state = await trio.to_thread.run_sync(
+                        _read_and_load, item.path, item.snapshot_id.end_offset, self.state.cluster_id)
                     self.replayed_end_offset = item.snapshot_id.end_offset
                     log.info(Event.RECOVERED_FROM_SNAPSHOT, snapshot_end_offset=item.snapshot_id.end_offset,
                              snapshot_epoch=item.snapshot_id.epoch, last_applied_offset=self.state.last_applied_offset)
@@ -214,3 +216,8 @@ class Replayer:
             await self.driver.compact(snapshot_id)
         except DriverStopped:
             pass  # shutting down: the snapshot stands; the log prefix goes at the next snapshot
+
+
+def _read_and_load(path: str, end_offset: int, cluster_id: str) -> ControllerState:
+    """A fresh image from the snapshot file at `path` (no state shared with the event loop)."""
+    return load_snapshot(read_snapshot(path).records, end_offset, cluster_id)

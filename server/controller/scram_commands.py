@@ -110,14 +110,13 @@ def credential_record(credential: ScramCredential) -> MetadataRecord:
 
 def alter_user_scram_credentials(state: ControllerState, request: Any) -> ControllerResult:
     supported = (state.metadata_version or 0) >= SCRAM_METADATA_VERSION_LEVEL
-    order: list[str] = []  # users in the order the request first names them
+    order: dict[str, None] = {}  # users in the order the request first names them (a dict: O(1) lookups)
     errors: dict[str, tuple[int, str]] = {}
     deletions: dict[str, Any] = {}
     upsertions: dict[str, Any] = {}
 
     def admit(name: str, entry: Any, into: dict[str, Any], check: Callable[[], tuple[int, str] | None]) -> None:
-        if name not in order:
-            order.append(name)
+        order.setdefault(name, None)
         if name in errors:
             return
         if name in deletions or name in upsertions:

@@ -360,21 +360,18 @@ class RaftCore:
         control batch of the log (the driver may pass a history it built more cheaply)."""
         history = VoterHistory.of_static(VoterSet.static(config.voters))
         snapshot = log.latest_snapshot_id()
+        scan_from = log.start_offset
         if snapshot is not None:
+            # The log may still hold entries the snapshot covers (not compacted yet).
+            scan_from = max(scan_from, snapshot.end_offset)
             size = log.snapshot_size(snapshot) or 0
             records = codec.snapshot_control_records(
                 lambda position, max_bytes: log.read_snapshot(snapshot, position, max_bytes), size)
             level, voter_set = voter_control_records(records)
             history.reset_to_snapshot(snapshot.end_offset - 1, level, voter_set)
-        offset = log.start_offset
-        # Bounded: each read returns at least one batch while offset < end, and moves past it.
-        while offset < log.end_offset:
-            batches = log.read(offset, 1 << 20)
-            if not batches:
-                break
-            for batch in batches:
+        for batch in log.control_batches(scan_from):
+            if batch.base_offset >= scan_from:
                 _apply_control(history, batch)
-            offset = batches[-1].next_offset
         return history
 
     # ------------------------------------------------------------------

@@ -21,12 +21,12 @@ Rules kept here:
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from protocol.record_batch import (LOG_OVERHEAD_BYTES, control_record_type, decode_batch, decode_batches,
-                                   encode_batch, peek_batch_length)
+from protocol.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, control_record_type, decode_batch,
+                                   decode_batches, encode_batch, peek_batch_length)
 from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, Offset, SnapshotId, end_offset_for_epoch_in
 
 
@@ -69,6 +69,11 @@ class RaftLog(Protocol):
     def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None: ...
 
     def read(self, from_offset: Offset, max_bytes: int) -> list[Batch]: ...
+
+    def control_batches(self, from_offset: Offset) -> Iterator[Batch]:
+        """The control batches from `from_offset` on (what the voter history is read from
+        at start-up), without decoding the data batches between them."""
+        ...
 
     def latest_snapshot_id(self) -> SnapshotId | None: ...
 
@@ -139,7 +144,9 @@ def snapshot_control_records(read: SnapshotReader, size: int) -> list[tuple[int,
     position = 0
     # Bounded: each round moves past one batch of at least the header's size, or stops.
     while position < size:
-        head = read(position, LOG_OVERHEAD_BYTES) or b""
+        head = read(position, ATTRIBUTES_OFFSET + 2) or b""
+        if len(head) < ATTRIBUTES_OFFSET + 2 or not head[ATTRIBUTES_OFFSET + 1] & CONTROL_BIT:
+            break  # the first data batch (up to max_batch_bytes): the control records are behind us
         length = peek_batch_length(head, 0, max_batch_bytes=MAX_SNAPSHOT_CONTROL_BATCH_BYTES)
         if length is None:
             break
@@ -205,6 +212,10 @@ class MemoryRaftLog:
 
     def end_offset_for_epoch(self, epoch: LeaderEpoch) -> EpochEndOffset | None:
         return end_offset_for_epoch_in(self._epoch_starts(), self.end_offset, epoch)
+
+    def control_batches(self, from_offset: int) -> Iterator[Batch]:
+        return iter([batch for batch in self.batches
+                     if batch.control_type is not None and batch.next_offset > from_offset])
 
     def read(self, from_offset: int, max_bytes: int) -> list[Batch]:
         if from_offset >= self.end_offset or not self.batches:

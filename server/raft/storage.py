@@ -56,12 +56,13 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import trio
 
-from protocol.record_batch import decode_batch, encode_batch, peek_batch_length
+from protocol.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_BYTES, decode_batch, encode_batch,
+                                   peek_batch_length)
 from server.observability import get_logger
 from server.raft.core import Append, InstallSnapshot, LogOp, TruncateTo
 from server.raft.log import Batch, snapshot_control_records
@@ -73,6 +74,10 @@ from server.values import EpochEndOffset, EpochEntry, LeaderEpoch, SnapshotId, e
 _log = get_logger("raft.storage")
 
 DEFAULT_TAIL_CACHE_BYTES = 8 * 1024 * 1024
+# How much of the log one step of the start-up walk over batch headers reads.
+CONTROL_SCAN_BYTES = 4 * 1024 * 1024
+# Where a record batch's lastOffsetDelta (int32) sits (Kafka's DefaultRecordBatch).
+LAST_OFFSET_DELTA_OFFSET = ATTRIBUTES_OFFSET + 2
 # Appends up to this size are written and fsynced on the event loop (see above).
 INLINE_APPEND_MAX_BYTES = 64 * 1024
 # What `reopen` writes to check that the disk takes writes again: what an inline append may take.
@@ -255,6 +260,36 @@ class MetadataRaftLog:
             if not starts or batch.epoch > starts[-1].epoch:
                 starts.append(EpochEntry(batch.epoch, batch.base_offset))
         return end_offset_for_epoch_in(starts, self.end_offset, epoch)
+
+    def control_batches(self, from_offset: int) -> Iterator[Batch]:
+        """Control batches of the written log from `from_offset` on: a walk over the batch
+        headers that decodes only control batches (start-up reads the voters with it)."""
+        offset = max(from_offset, self.start_offset)
+        budget = CONTROL_SCAN_BYTES
+        # Bounded: every round moves `offset` past at least one whole batch, or stops.
+        while offset < self.metadata_log.end_offset:
+            data = self.metadata_log.read_raw(offset, budget)
+            view = memoryview(data)
+            position = 0
+            while position + HEADER_BYTES <= len(view):
+                size = peek_batch_length(view, position)
+                if size is None or position + size > len(view):
+                    break
+                if view[position + ATTRIBUTES_OFFSET + 1] & CONTROL_BIT:
+                    yield decode_stored(view[position:position + size])[0]
+                base = int.from_bytes(view[position:position + 8], "big", signed=True)
+                delta = int.from_bytes(view[position + LAST_OFFSET_DELTA_OFFSET:position + LAST_OFFSET_DELTA_OFFSET + 4],
+                                       "big", signed=True)
+                offset = base + delta + 1
+                position += size
+            if position == 0:
+                # One batch larger than the budget: read it whole next time.
+                size = peek_batch_length(view, 0) if len(view) >= HEADER_BYTES else None
+                if size is None or size <= budget:
+                    break  # nothing readable here: read() reports the damage
+                budget = size
+            else:
+                budget = CONTROL_SCAN_BYTES
 
     def read_cached(self, from_offset: int, max_bytes: int) -> list[Batch] | None:
         """Like `read`, but only from the in-memory tail: None on a miss (no disk I/O),
