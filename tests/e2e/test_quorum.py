@@ -202,7 +202,9 @@ def test_kill_the_leader_during_a_stream_of_feature_updates_loses_no_acknowledge
     # The killed node comes back on its own data and catches up.
     quorum.start(killed)
     rejoined = wait_for_same_finalized(quorum, [*survivors, killed], CATCH_UP_TIMEOUT_S)
-    assert rejoined == common
+    # The same levels; the epoch may have moved on by the restarted controller's own
+    # registration (KIP-919: a new incarnation registers again, a record of its own).
+    assert rejoined.levels == common.levels and rejoined.epoch >= common.epoch
     assert rejoined.epoch > killed_seen[-1]  # acknowledged updates happened after the kill
 
     # A write through the new quorum reaches all three.
