@@ -53,6 +53,15 @@ Rules kept here:
   replica, at most MAX_OBSERVERS observers tracked (the least recently heard
   is forgotten first), batches capped in records, snapshot downloads capped
   in bytes.
+- The voters are what the log says (KIP-853, server/voters.py): the latest
+  VotersRecord appended or fetched, else the static set; every append,
+  truncation and installed snapshot updates the history before the next step.
+  The leader changes one voter at a time (the previous change committed), an
+  added voter counts toward the high watermark only from its first fetch as a
+  voter (an observer's offset is not durable), and a leader that removed
+  itself resigns once the change commits. A node votes on log completeness
+  whatever its voter set says of the candidate (the Raft thesis, §4.1); a
+  candidate counts only its own voters' grants.
 """
 
 from __future__ import annotations
