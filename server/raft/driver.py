@@ -915,8 +915,8 @@ class RaftDriver:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, ""  # Kafka's pre-check: the code alone
         if voter_id < 0 or directory_id is None:
             return ErrorCode.INVALID_REQUEST, f"{verb} voter request didn't include a valid voter"
-        if endpoints is not None and self._listener_name is not None and not any(
-                endpoint.name == self._listener_name for endpoint in endpoints):
+        if endpoints is not None and not any(
+                self._listener_name is None or endpoint.name == self._listener_name for endpoint in endpoints):
             shown = ", ".join(f"ListenerName({e.name})={e.host}:{e.port}" for e in endpoints)
             return (ErrorCode.INVALID_REQUEST, f"Add voter request didn't include the endpoint "
                                                f"(Endpoints(endpoints={{{shown}}})) for the default listener "
