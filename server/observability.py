@@ -122,9 +122,12 @@ class Event(StrEnum):
     # and a connection opened to a controller it names.
     RAFT_VOTERS_CHANGED = "raft.voters_changed"
     RAFT_PEER_ADDED = "raft.peer_added"
+    RAFT_PEER_MOVED = "raft.peer_moved"
     # AddRaftVoter / RemoveRaftVoter on the leader: refused, or the change committed.
     RAFT_VOTER_CHANGE_REFUSED = "raft.voter_change_refused"
     RAFT_VOTER_CHANGE_COMMITTED = "raft.voter_change_committed"
+    # A voter asked the leader to update its own entry (UpdateRaftVoter: its listener moved).
+    RAFT_VOTER_UPDATE_SENT = "raft.voter_update_sent"
     # A KRaft request or response refused at the boundary (server/raft/validate.py) or by the core.
     RAFT_REQUEST_REFUSED = "raft.request_refused"
     RAFT_RESPONSE_REFUSED = "raft.response_refused"

@@ -168,7 +168,7 @@ def test_served_tables_per_role():
                                                   50, 51, 48, 49, 64}
     controller = served_table(NodeRole.CONTROLLER)
     assert set(controller) == {18, 3, 55, 57, 60, 62, 63, 64, 19, 20, 32, 33, 37, 44, 10001, 29, 30, 31, 58, 17, 36, 50, 51,
-                               48, 49, 1, 52, 53, 54, 59, 67, 56, 73, 70, 80, 81}
+                               48, 49, 1, 52, 53, 54, 59, 67, 56, 73, 70, 80, 81, 82}
     assert controller[1].answers_later and (controller[1].min_version, controller[1].max_version) == (17, 17)
     assert controller[10001].is_async is False and served_table(NodeRole.BROKER)[10001].is_async
     assert served_table(NodeRole.ZK_BROKER)[3].handler.__module__ == "server.zkbroker.metadata"

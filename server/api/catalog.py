@@ -78,6 +78,7 @@ from server.handlers import (
     sasl_handshake,
     unregister_broker,
     update_features,
+    update_raft_voter,
     update_metadata,
 )
 from server.handlers.standby import forwarded_when_standby
@@ -264,6 +265,10 @@ _SPECS = (
     ApiSpec(ApiKey.REMOVE_RAFT_VOTER, 0, 0, remove_raft_voter.handle, kind=_ASYNC, rule=ApiRule(ALTER),
             notes="KIP-853: the Raft leader removes a voter (id and directory id); answered when the smaller set "
                   "commits; a leader that removed itself resigns then. Not the last voter (VOTER_NOT_FOUND)."),
+    ApiSpec(ApiKey.UPDATE_RAFT_VOTER, 0, 0, update_raft_voter.handle, kind=_ASYNC, rule=ApiRule(CLUSTER_ACTION),
+            notes="KIP-853: a voter's own endpoints and kraft.version range; the Raft leader rewrites the voter "
+                  "set at kraft.version 1 (answered at once). kraftwerk's voters send it when their controller "
+                  "listener moved."),
     ApiSpec(ApiKey.CREATE_TOPICS, 0, 7, create_topics.handle, FORWARD, kind=_ASYNC, rule=PER_ITEM,
             error_builder=_without_version(create_topics.error_response),
             notes="Topics with partitions and assignments, configs, validate-only; during a migration also "

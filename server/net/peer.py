@@ -214,6 +214,17 @@ class PeerConnection:
         await trio.sleep_until(started + self._backoff.initial_ms / 1000)
         return 0
 
+    async def move_to(self, address: PeerAddress) -> None:
+        """The peer is reached elsewhere now (its listener moved: KIP-853's UpdateRaftVoter).
+        The current connection is closed, and `run` connects to the new address at once."""
+        if address == self.address:
+            return
+        self.address = address
+        stream = self._stream
+        if stream is not None:
+            await stream.aclose()  # the read loop ends; `run` reconnects, to the new address
+        self.note_alive()
+
     def note_alive(self) -> None:
         """The peer is known to be up (it just sent this node a request, or the quorum
         elected it). A peer that restarted while this node's reconnects backed off (up to

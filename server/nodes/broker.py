@@ -183,10 +183,18 @@ class BrokerNode(ServingNode, BrokerServices):
                 node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
                 stop_on_unsupported_level=False)
             self._security = security
+            self.raft_driver.on_peer_moved = self._controller_moved
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
                                        leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms),
                                        connect=lambda node_id: self._connect(self._forward_peers, node_id, "-forward"))
         self._metadata_version = state.metadata_version
+
+    def _controller_moved(self, address: PeerAddress) -> None:
+        """A controller's listener moved (UpdateRaftVoter): this broker's connections follow."""
+        for connections in (self._controller_peers, self._forward_peers):
+            peer = connections.get(address.node_id)
+            if peer is not None and self._nursery is not None:
+                self._nursery.start_soon(peer.move_to, address)
 
     def _connect(self, connections: dict[int, PeerConnection], node_id: int, client_suffix: str) -> PeerConnection | None:
         """A connection to a controller the log named (a dynamic quorum, KIP-853), opened now."""

@@ -179,6 +179,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             )
             # The quorum's own records (voter changes) wait for the controller's in line.
             self.raft_driver.append_gate = self.controller.raft_append
+            self.raft_driver.on_peer_moved = self._peer_moved
             # A standby relays the writes clients send it to the active controller, and
             # reads after it, over connections of its own (server/nodes/forwarding.py).
             self._forward_peers = peer_connections(peers, f"kraftwerk-controller-{config.node_id}-forward",
@@ -224,6 +225,12 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         if own is None:
             return ()
         return (VoterEndpoint(name, own[0], own[1]),)
+
+    def _peer_moved(self, address: PeerAddress) -> None:
+        """A controller's listener moved (UpdateRaftVoter): this node's relay connection follows."""
+        peer = self._forward_peers.get(address.node_id)
+        if peer is not None and self._nursery is not None:
+            self._nursery.start_soon(peer.move_to, address)
 
     def _forward_connection(self, node_id: int) -> PeerConnection | None:
         """A relay connection of this node's own to a controller the log named (dynamic quorums)."""

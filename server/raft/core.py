@@ -990,6 +990,43 @@ class RaftCore:
         self._append_control(ControlRecordType.KRAFT_VERSION, encode_kraft_version_record(level), now_ms)
         return self._append_voters(voter_set, now_ms)
 
+    def update_voter(self, voter: Voter, request_epoch: int, now_ms: int,
+                     change_in_progress: bool = False) -> tuple[ErrorCode, str | None] | Offset | None:
+        """Leader: a voter's own new endpoints and kraft.version range (UpdateRaftVoter,
+        KIP-853). Kafka's checks in Kafka's order; at kraft.version 1 the voter set is
+        appended with that voter replaced (answered at once: returns the offset), at 0 there
+        is nothing to write (None)."""
+        self._check_not_in_ready()
+        self._now_ms = now_ms
+        if request_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH, None
+        if request_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH, None
+        if self.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, None
+        if voter.node_id < 0 or voter.directory_id is None or not voter.endpoints:
+            return ErrorCode.INVALID_REQUEST, None
+        if (voter.min_kraft_version < 0 or voter.max_kraft_version < 0
+                or voter.max_kraft_version < voter.min_kraft_version):
+            return ErrorCode.INVALID_REQUEST, None
+        if change_in_progress:
+            return ErrorCode.REQUEST_TIMED_OUT, None
+        if self._leader_high_watermark is None:
+            return ErrorCode.REQUEST_TIMED_OUT, None
+        latest = self._history.latest_offset
+        if self.kraft_version >= 1 and (latest is None or latest >= self._leader_high_watermark):
+            return ErrorCode.REQUEST_TIMED_OUT, None
+        if not voter.supports_kraft_version(self.kraft_version):
+            return ErrorCode.INVALID_REQUEST, None
+        if not self.voters.contains(voter.node_id, voter.directory_id if self.kraft_version >= 1 else None):
+            return ErrorCode.VOTER_NOT_FOUND, None
+        if self.kraft_version < 1:
+            return None
+        current = self.voters.get(voter.node_id)
+        if current == voter:
+            return None
+        return self._append_voters(self.voters.with_voter(voter), now_ms)
+
     def _append_voters(self, voter_set: VoterSet, now_ms: int) -> Offset:
         return self._append_control(ControlRecordType.VOTERS, encode_voters_record(voter_set), now_ms)
 

@@ -105,6 +105,7 @@ _DEFAULT_MESSAGES = {
         "of the topic partition."),
 }
 KRAFT_VERSION_FEATURE = "kraft.version"
+UPDATE_RAFT_VOTER = 82
 
 _log = get_logger("raft")
 
@@ -339,6 +340,8 @@ class RaftDriver:
         # the node's controller, which predicts offsets (ControllerLoop.raft_append); None:
         # appended at once.
         self.append_gate: Callable[[Callable[[], Any]], Any] | None = None
+        # Told when a controller the log names moved (the node moves its own connections to it).
+        self.on_peer_moved: Callable[[PeerAddress], None] | None = None
         # Where this node is reached on the controller listener (the node sets it once bound):
         # its own entry when kraft.version 1 writes the static voters into the log.
         self.own_endpoints: tuple[Endpoint, ...] = ()
@@ -752,6 +755,7 @@ class RaftDriver:
                 for peer in self._peers.values():
                     await nursery.start(peer.run)
                 self._follow_voters(self._core)
+                nursery.start_soon(self._keep_own_entry_current)
                 self._running = True
                 core = self._core
                 _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=core.epoch,
@@ -798,12 +802,21 @@ class RaftDriver:
 
     def learn_address(self, node_id: int, endpoints) -> None:
         """A connection to `node_id` at the endpoint of the controller listener (or its first
-        endpoint) among `endpoints` (server.voters.Endpoint), unless there is one already."""
-        if node_id == self.config.node_id or node_id in self._peers or not endpoints:
+        endpoint) among `endpoints` (server.voters.Endpoint); one that exists moves there."""
+        if node_id == self.config.node_id or not endpoints:
             return
         endpoint = next((e for e in endpoints if e.name == self._listener_name), endpoints[0])
-        peer = PeerConnection(PeerAddress(node_id, endpoint.host, endpoint.port), self._client_id,
-                              random.Random(self._rng.random()), backoff=self._peer_backoff)
+        address = PeerAddress(node_id, endpoint.host, endpoint.port)
+        existing = self._peers.get(node_id)
+        if existing is not None:
+            if existing.address != address and self._nursery is not None:
+                _log.info(Event.RAFT_PEER_MOVED, node_id=self.config.node_id, peer_id=node_id, host=address.host,
+                          port=address.port)
+                self._nursery.start_soon(existing.move_to, address)
+                if self.on_peer_moved is not None:
+                    self.on_peer_moved(address)
+            return
+        peer = PeerConnection(address, self._client_id, random.Random(self._rng.random()), backoff=self._peer_backoff)
         peer.security = self._peer_security
         self._peers[node_id] = peer
         _log.info(Event.RAFT_PEER_ADDED, node_id=self.config.node_id, peer_id=node_id, host=endpoint.host,
@@ -855,6 +868,65 @@ class RaftDriver:
             return self._refused((ErrorCode.REQUEST_TIMED_OUT, None), "remove", voter_id)
         finally:
             self._voter_change_pending = False
+
+    async def update_voter(self, voter_id: int, directory_id: uuid.UUID | None, endpoints: tuple[Endpoint, ...],
+                           kraft_version_range: tuple[int, int], request_epoch: int,
+                           cluster_id: str | None = None) -> ErrorCode:
+        """UpdateRaftVoter (KIP-853): a voter tells the leader where it is reached now and what
+        kraft.version it supports; at kraft.version 1 the voter set is rewritten with it
+        (answered at once, as Kafka does)."""
+        if cluster_id is not None and cluster_id != self.config.cluster_id:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        if not any(self._listener_name is None or endpoint.name == self._listener_name for endpoint in endpoints):
+            return ErrorCode.INVALID_REQUEST
+        low, high = kraft_version_range
+        voter = Voter(voter_id, directory_id, endpoints, low, high)
+        outcome = await self._gated_call(lambda driver: driver._core.update_voter(
+            voter, request_epoch, driver._clock_ms(), driver._voter_change_pending))
+        if isinstance(outcome, tuple):
+            return outcome[0]
+        if outcome is not None:
+            _log.info(Event.RAFT_VOTERS_CHANGED, node_id=self.config.node_id, voters=sorted(self._core.voters.ids),
+                      kraft_version=self._core.kraft_version, is_voter=self._core.is_voter, updated=voter_id)
+        return ErrorCode.NONE
+
+    def leader_endpoint(self) -> Endpoint | None:
+        """Where this node is reached as the leader (UpdateRaftVoter's CurrentLeader)."""
+        return next((e for e in self.own_endpoints if e.name == self._listener_name),
+                    self.own_endpoints[0] if self.own_endpoints else None)
+
+    async def _keep_own_entry_current(self) -> None:
+        """A follower voter whose entry in the log's voter set is not where it is reached now
+        (its listener moved) asks the leader to update it (UpdateRaftVoter), at most once per
+        fetch timeout, as Kafka's voters do."""
+        interval_s = self.config.fetch_timeout_ms / 1000
+        # Bounded: every round waits for a change of the driver's state or the interval.
+        while True:
+            with trio.move_on_after(interval_s):
+                await self._changed.wait()
+            core = self._core
+            if core is None or core.role is not Role.FOLLOWER or core.kraft_version < 1 or not self.own_endpoints:
+                continue
+            me = core.voters.get(self.config.node_id)
+            wanted = Voter(self.config.node_id, self.config.directory_id, self.own_endpoints, 0, KRAFT_VERSION_MAX)
+            if me is None or not core.is_voter or me == wanted:
+                continue
+            peer = self._peers.get(core.leader_id) if core.leader_id is not None else None
+            if peer is None:
+                continue
+            body = {"cluster_id": self.config.cluster_id, "current_leader_epoch": core.epoch,
+                    "voter_id": self.config.node_id, "voter_directory_id": self.config.directory_id,
+                    "listeners": [{"name": e.name, "host": e.host, "port": e.port} for e in self.own_endpoints],
+                    "kraft_version_feature": {"min_supported_version": 0, "max_supported_version": KRAFT_VERSION_MAX}}
+            try:
+                response = await peer.request(UPDATE_RAFT_VOTER, body, self.config.request_timeout_ms / 1000,
+                                              version=0)
+            except (PeerUnavailable, trio.TooSlowError):
+                continue
+            _log.info(Event.RAFT_VOTER_UPDATE_SENT, node_id=self.config.node_id, leader_id=core.leader_id,
+                      error=ErrorCode(getattr(response, "error_code", 0)).name)
+            # Asked at most once per interval, whatever the answer (Kafka's pace).
+            await trio.sleep(interval_s)
 
     async def upgrade_kraft_version(self, level: int, validate_only: bool = False) -> VoterChangeAnswer:
         """kraft.version 0 -> 1 on the leader (UpdateFeatures, KIP-853): the static voters go

@@ -46,6 +46,8 @@ class DynamicQuorum:
         self.cluster_id = new_cluster_id()
         self.first_port = free_port_run(count)
         self.processes: dict[int, subprocess.Popen] = {}
+        # Controllers moved to another port after format (their listener changed).
+        self.first_port_overrides: dict[int, int] = {}
         self._logs: dict[int, object] = {}
         voters = ",".join(f"{node_id}@{self.address(node_id)}" for node_id in range(1, static_voters + 1))
         for node_id in range(1, count + 1):
@@ -72,7 +74,7 @@ class DynamicQuorum:
             assert formatted.returncode == 0, formatted.stderr
 
     def address(self, node_id: int) -> str:
-        return f"127.0.0.1:{self.first_port + node_id - 1}"
+        return f"127.0.0.1:{self.first_port_overrides.get(node_id, self.first_port + node_id - 1)}"
 
     def config_path(self, node_id: int) -> Path:
         return self.base / f"controller-{node_id}.properties"
@@ -359,3 +361,41 @@ def test_a_static_quorum_upgrades_kraft_version_online_then_adds_a_controller(tm
                        lambda: set(writer.acknowledged) <= scram_users_on(quorum.address(node_id)) or None, 30)
     finally:
         quorum.stop_all()
+
+
+def test_a_voter_whose_listener_moved_updates_its_entry_and_the_quorum_reaches_it(quorum):
+    for node_id in (1, 2, 3):
+        quorum.start(node_id)
+    for node_id in (2, 3):
+        assert quorum.add(node_id).returncode == 0
+    quorum.wait_voters_everywhere({1, 2, 3})
+    # Controller 3 comes back on another port (its properties file says so): it asks the leader
+    # to rewrite its entry (UpdateRaftVoter), and the voters then reach it there.
+    quorum.kill(3)
+    moved = free_port_run(1)
+    config = quorum.config_path(3)
+    config.write_text(config.read_text().replace(quorum.address(3), f"127.0.0.1:{moved}"))
+    quorum.first_port_overrides[3] = moved
+    quorum.start(3)
+
+    def entry_moved():
+        partition = describe_quorum_or_none(quorum.address(1))
+        return partition is not None and (read_events(quorum.log_path(3), "raft.voter_update_sent") or None)
+    poll_until("controller 3 to send UpdateRaftVoter", entry_moved, CHANGE_TIMEOUT_S)
+    described = poll_until("the moved endpoint in the voter set", lambda: (
+        lambda out: out if f"CONTROLLER://127.0.0.1:{moved}" in out else None)(
+            quorum.quorum_cli("describe", "--status").stdout), CHANGE_TIMEOUT_S)
+    assert f'{{"id": 3, "directoryId": "{quorum.directory_id(3)}", "endpoints": ["CONTROLLER://127.0.0.1:{moved}"]}}' \
+        in described
+    # The quorum still commits with controller 3 counted: stop another voter, write, and see 3 has it.
+    follower = next(node_id for node_id in (1, 2) if node_id != describe_quorum(quorum.address(3)).leader_id)
+    quorum.kill(follower)
+    writer = Writer(quorum)
+    writer.start()
+    try:
+        wait_for_more_writes(writer, "the move")
+    finally:
+        writer.done.set()
+        writer.join(60)
+    poll_until("acknowledged credentials on controller 3",
+               lambda: set(writer.acknowledged) <= scram_users_on(quorum.address(3)) or None, 30)

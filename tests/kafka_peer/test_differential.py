@@ -73,7 +73,7 @@ UNKNOWN_BROKER_ID = 999_999
 # --------------------------------------------------------------------------
 
 R_NOT_SERVED = ("kraftwerk's controllers do not serve this API (delegation tokens, partition reassignment, "
-                "leader election, KIP-919 controller unregistration, KIP-853 UpdateRaftVoter)")
+                "leader election, KIP-919 controller unregistration)")
 R_KIP896 = ("Kafka 4.0 removed these old versions (KIP-896); kraftwerk still serves them: it runs and "
             "impersonates 3.x releases")
 R_FETCH = "a kraftwerk controller serves Fetch only as the KRaft RPC, at the version its Raft peers speak (v17)"
@@ -85,7 +85,6 @@ R_MV_CATALOG = "kraftwerk still knows the 3.x metadata.versions Kafka 4 dropped 
 R_ENDPOINT_TYPE = "kraftwerk's controllers answer DescribeCluster for brokers too (the controllers, then the brokers)"
 R_STANDBY = "kraftwerk's standbys relay DescribeQuorum to the active controller; Kafka's answer NOT_LEADER_OR_FOLLOWER"
 R_UNSAFE = "KIP-778's lossy downgrade, which Kafka refuses, is performed by kraftwerk (validate-only here)"
-R_KRAFT_VERSION = "kraftwerk's quorum is static: kraft.version cannot change through UpdateFeatures"
 R_DUPLICATE = "the same feature twice in one UpdateFeatures is INVALID_REQUEST; Kafka's controller keeps the last"
 R_READ_ONLY = ("kraftwerk's controllers apply the read-only check Kafka's brokers apply before forwarding "
                "(a client reaches kraftwerk's controllers directly); Kafka's controller stores any broker key")
@@ -93,7 +92,7 @@ R_CLUSTER_MIN_ISR = ("Kafka 4.4 with eligible.leader.replicas.version 1 writes a
                      "min.insync.replicas; kraftwerk models no ELR")
 R_QUOTAS = "kraftwerk's controllers answer DescribeClientQuotas; Kafka's close the connection (brokers only)"
 
-MISSING_APIS = (38, 39, 40, 41, 43, 45, 46, 82, 94)
+MISSING_APIS = (38, 39, 40, 41, 43, 45, 46, 94)
 EXTRA_APIS = (3, 48, 10001)
 
 
@@ -169,10 +168,6 @@ KNOWN_DIFFERENCES: dict[str, tuple[Known, ...]] = {
         Known("response.error_code", R_DUPLICATE, 0, ErrorCode.INVALID_REQUEST),
         Known("response.error_message", R_DUPLICATE, None, "Duplicate feature update for group.version."),
         Known("response.results", R_DUPLICATE, ANY_VALUE, [])),
-    "update_features/kraft.version upgrade (validate only)": (
-        Known("response.error_code", R_KRAFT_VERSION, 0, ErrorCode.INVALID_UPDATE_VERSION),
-        Known("response.error_message", R_KRAFT_VERSION, None, ANY_VALUE),
-        Known("response.results", R_KRAFT_VERSION, ANY_VALUE, [])),
     **{f"configs/incremental v{v} read-only key": (
         Known("response.responses.resource_name=.error_code", R_READ_ONLY, 0, ErrorCode.INVALID_REQUEST),
         Known("response.responses.resource_name=.error_message", R_READ_ONLY, None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode
 from server.raft.core import Role
+from server.voters import Endpoint
 
 from .cluster import SimConfig, Simulation
 
@@ -179,3 +180,27 @@ def test_a_change_the_leader_could_not_commit_is_undone_by_the_next_leader():
     # Healed: the old leader truncated the change away, and the set before it is back.
     assert voters_everywhere(sim) == {frozenset({1, 2, 3})}
     sim.check_final()
+
+
+def test_a_voter_updates_its_own_endpoints_and_only_its_own():
+    sim = dynamic_cluster()
+    leader = leader_of(sim)
+    follower = next(node for node in sim.up() if node.node_id in (1, 2, 3) and node is not leader)
+    old = leader.core.voters.get(follower.node_id)
+    moved = type(old)(old.node_id, old.directory_id, (Endpoint("CONTROLLER", "127.0.0.1", 29999),), 0, 1)
+    epoch = leader.core.epoch
+    assert leader.core.update_voter(moved, epoch - 1, sim.now) == (ErrorCode.FENCED_LEADER_EPOCH, None)
+    assert leader.core.update_voter(moved, epoch + 1, sim.now) == (ErrorCode.UNKNOWN_LEADER_EPOCH, None)
+    assert follower.core.update_voter(moved, epoch, sim.now) == (ErrorCode.NOT_LEADER_OR_FOLLOWER, None)
+    stranger = type(old)(old.node_id, sim.directory_ids[4], moved.endpoints, 0, 1)
+    assert leader.core.update_voter(stranger, epoch, sim.now) == (ErrorCode.VOTER_NOT_FOUND, None)
+    unable = type(old)(old.node_id, old.directory_id, moved.endpoints, 0, 0)
+    assert leader.core.update_voter(unable, epoch, sim.now) == (ErrorCode.INVALID_REQUEST, None)
+    offset = leader.core.update_voter(moved, epoch, sim.now)
+    assert isinstance(offset, int)
+    sim.drain(leader)
+    settle(sim)
+    assert {node.core.voters.get(follower.node_id) for node in sim.up()} == {moved}
+    assert voters_everywhere(sim) == {frozenset({1, 2, 3})}
+    # Asking again for what is already there writes nothing.
+    assert leader.core.update_voter(moved, epoch, sim.now) is None
