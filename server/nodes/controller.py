@@ -55,6 +55,8 @@ from server.storage.meta_properties import parse_uuid_string
 from server.voters import Endpoint as VoterEndpoint
 from server.storage.log import FileOps, MetadataLog
 
+# Hosts a listener binds to that name no address another node could connect to.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 # How long an operator write waits for a migration's ZooKeeper write-behind to catch up
 # before it is refused with a retriable error.
 WRITES_BLOCKED_WAIT_S = 5.0
@@ -222,8 +224,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         controller listener, advertised if it is, with its bound port."""
         name = self.config.controller_listener_name
         own = self.own_listener_endpoint(name)
-        if own is None:
-            return ()
+        if own is None or own[0] in WILDCARD_HOSTS:
+            return ()  # bound to every address and not advertised: no address others could use
         return (VoterEndpoint(name, own[0], own[1]),)
 
     def _peer_moved(self, address: PeerAddress) -> None:
