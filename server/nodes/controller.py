@@ -316,9 +316,10 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 else:
                     nursery.start_soon(self._finalize_migration)
                 await startup.start_metrics_endpoint(nursery, self)
-                if len(self.voters) == 1:
+                if [voter.node_id for voter in self.voters] == [self.config.node_id]:
                     # The only voter elects itself at once: report "started" only when it
                     # serves writes, so scripts never see a NOT_CONTROLLER from a lone node.
+                    # (An observer of a one-voter quorum does not wait for itself.)
                     await self.controller.wait_active()
                 # KIP-919: register with the active controller (again whenever the registration
                 # is gone); a lone voter reports "started" once it is registered.

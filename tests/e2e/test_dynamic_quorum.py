@@ -399,3 +399,16 @@ def test_a_voter_whose_listener_moved_updates_its_entry_and_the_quorum_reaches_i
         writer.join(60)
     poll_until("acknowledged credentials on controller 3",
                lambda: set(writer.acknowledged) <= scram_users_on(quorum.address(3)) or None, 30)
+
+
+def test_an_observer_of_a_one_voter_quorum_restarts(quorum):
+    for node_id in (1, 2):
+        quorum.start(node_id)
+    quorum.wait_voters_everywhere({1})
+    # Its log names one voter, controller 1: it must not wait to lead before reporting started.
+    quorum.kill(2)
+    quorum.start(2)
+    poll_until("controller 2 to report started", lambda: read_events(quorum.log_path(2), "server.started")[1:] or None,
+               CHANGE_TIMEOUT_S)
+    assert quorum.add(2).returncode == 0
+    quorum.wait_voters_everywhere({1, 2})
