@@ -31,6 +31,10 @@ from .quorum_helpers import QuorumTestError, call, describe_quorum, free_port_ru
 pytestmark = pytest.mark.e2e
 
 CHANGE_TIMEOUT_S = 30.0
+RETRY_S = 0.2  # asking other processes again: there is no event to wait on
+# Refusals that say "not yet" rather than "no" (Kafka's texts).
+TRANSIENT_REFUSALS = ("establish HWM", "NotLeaderOrFollowerException", "waiting for voters to commit the latest",
+                      "There is no finalized MetadataVersion")  # a quorum that has not written its bootstrap yet
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 WRITER_MAX_WRITES = 20_000
 
@@ -115,15 +119,27 @@ class DynamicQuorum:
         return run_cli("metadata-quorum", "--bootstrap-controller", bootstrap, *argv, timeout_s=CHANGE_TIMEOUT_S)
 
     def add(self, node_id: int) -> subprocess.CompletedProcess:
-        return self.quorum_cli("--command-config", str(self.config_path(node_id)), "add-controller")
+        return self.settled(lambda: self.quorum_cli("--command-config", str(self.config_path(node_id)),
+                                                    "add-controller"))
+
+    def settled(self, change) -> subprocess.CompletedProcess:
+        """`change()` again while the answer is one an operator retries: a leader just elected
+        has not established its high watermark yet, or the leader moved meanwhile."""
+        deadline = time.monotonic() + CHANGE_TIMEOUT_S
+        while True:
+            result = change()
+            text = result.stdout + result.stderr
+            if not any(transient in text for transient in TRANSIENT_REFUSALS) or time.monotonic() > deadline:
+                return result
+            time.sleep(RETRY_S)
 
     def directory_id(self, node_id: int) -> str:
         properties = (self.data_dir(node_id) / "meta.properties").read_text().splitlines()
         return next(line.split("=", 1)[1] for line in properties if line.startswith("directory.id="))
 
     def remove(self, node_id: int) -> subprocess.CompletedProcess:
-        return self.quorum_cli("remove-controller", "--controller-id", str(node_id),
-                               "--controller-directory-id", self.directory_id(node_id))
+        return self.settled(lambda: self.quorum_cli("remove-controller", "--controller-id", str(node_id),
+                                                    "--controller-directory-id", self.directory_id(node_id)))
 
     def features(self, *argv: str) -> subprocess.CompletedProcess:
         return run_cli("features", *argv, "--bootstrap-controller", self.address(min(self.processes)),
@@ -334,7 +350,11 @@ def test_a_static_quorum_upgrades_kraft_version_online_then_adds_a_controller(tm
             assert refused.returncode == 1
             assert ("UnsupportedVersionException: Cluster doesn't support adding voter because the kraft.version "
                     "feature is 0") in refused.stdout + refused.stderr
-            upgraded = quorum.features("upgrade", "--feature", "kraft.version=1")
+            # Every voter must have fetched (the leader learns its directory id so) before the
+            # upgrade passes: "not all of the voters support it" until then.
+            upgraded = poll_until("the kraft.version upgrade", lambda: (
+                lambda result: result if result.returncode == 0 else None)(
+                    quorum.features("upgrade", "--feature", "kraft.version=1")), CHANGE_TIMEOUT_S)
             assert upgraded.stdout.strip() == "kraft.version was upgraded to 1.", upgraded.stdout + upgraded.stderr
             quorum.wait_voters_everywhere({1, 2, 3})
             described = quorum.quorum_cli("describe", "--status")
