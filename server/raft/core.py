@@ -262,6 +262,8 @@ class ReplicaState:
     token_confirmed: bool = False
     # The directory id its latest Fetch named (None: none, or not fetched yet).
     directory_id: uuid.UUID | None = None
+    # The leader's log end when the replica last fetched (for "caught up", Kafka's rule).
+    leader_end_at_fetch: Offset = -1
 
 
 @dataclass(slots=True)
@@ -1336,6 +1338,7 @@ class RaftCore:
                 if not is_voter and len(states) >= MAX_OBSERVERS:
                     self._forget_observer(min(states, key=lambda node: states[node].last_fetch_ms))
                 state = states[replica] = ReplicaState()
+        previous_fetch_ms = state.last_fetch_ms
         state.last_fetch_ms = now_ms
         state.directory_id = directory_id
         high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1
@@ -1357,8 +1360,14 @@ class RaftCore:
                 return m.fetch_response(ErrorCode.NONE, diverging=tuple(answer), **common)
         # A valid position: it counts toward the high watermark.
         state.end_offset = fetch_offset
+        # Kafka's rule: caught up now at the leader's end, or as of the previous fetch when it
+        # reached the end the leader had then (a replica fetching while writes go on is never
+        # exactly at the end when it asks).
         if fetch_offset >= self.log.end_offset:
             state.last_caught_up_ms = now_ms
+        elif previous_fetch_ms >= 0 and fetch_offset >= state.leader_end_at_fetch >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, previous_fetch_ms)
+        state.leader_end_at_fetch = self.log.end_offset
         if is_voter:
             self._update_leader_high_watermark()
             high_watermark = self._leader_high_watermark if self._leader_high_watermark is not None else -1

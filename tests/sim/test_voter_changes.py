@@ -204,3 +204,27 @@ def test_a_voter_updates_its_own_endpoints_and_only_its_own():
     assert voters_everywhere(sim) == {frozenset({1, 2, 3})}
     # Asking again for what is already there writes nothing.
     assert leader.core.update_voter(moved, epoch, sim.now) is None
+
+
+def test_an_observer_that_keeps_up_with_a_busy_leader_counts_as_caught_up():
+    # A proposal every millisecond from before the observer starts: each of its Fetches finds
+    # entries more than it asked for, so it is never exactly at the leader's end when it asks.
+    # Kafka's rule counts it caught up as of its previous fetch when it reached the end the
+    # leader had then.
+    sim = Simulation(7, SimConfig(voters=3, observers=1, **QUIET))
+    sim.stop_node(sim.nodes[4], graceful=False)
+    sim.run_until(600)
+    leader = leader_of(sim)
+
+    def busy(ms: int) -> None:
+        for _ in range(ms):  # bounded: one proposal per simulated millisecond
+            sim.propose(leader)
+            sim.run_until(sim.now + 1)
+
+    busy(100)
+    sim.start_node(sim.nodes[4])
+    busy(300)
+    observer = leader.core.describe().observers[4]
+    assert 0 <= observer.end_offset < leader.core.end_offset  # behind whenever it asks
+    offset = leader.core.add_voter(sim.voter_of(4), sim.now)
+    assert isinstance(offset, int), offset
