@@ -35,7 +35,7 @@ from pathlib import Path
 import trio
 
 from protocol.api_keys import ApiKey
-from protocol.errors import ErrorCode
+from protocol.errors import KAFKA_ERROR_MESSAGES, ErrorCode
 from server.client import ClientError, KafkaClient
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.storage.meta_properties import (
@@ -61,28 +61,22 @@ DEFAULT_TIMEOUT_S = 30.0
 # tool can be answered with. Any other code prints as the UNKNOWN_SERVER_ERROR class, which
 # is what Kafka does for a code it does not know.
 _ERRORS = "org.apache.kafka.common.errors."
-EXCEPTION_CLASSES: Mapping[int, tuple[str, str]] = {
-    # code: (exception class, the message Kafka uses when the response carries none)
-    -1: ("UnknownServerException", "The server experienced an unexpected error when processing the request."),
-    3: ("UnknownTopicOrPartitionException", "This server does not host this topic-partition."),
-    6: ("NotLeaderOrFollowerException", "For requests intended only for the leader, this error indicates that "
-        "the broker is not the current leader. For requests intended for any replica, this error indicates "
-        "that the broker is not a replica of the topic partition."),
-    7: ("TimeoutException", "The request timed out."),
-    8: ("BrokerNotAvailableException", "The broker is not available."),
-    29: ("TopicAuthorizationException", "Topic authorization failed."),
-    31: ("ClusterAuthorizationException", "Cluster authorization failed."),
-    35: ("UnsupportedVersionException", "The version of API is not supported."),
-    41: ("NotControllerException", "This is not the correct controller for this cluster."),
-    42: ("InvalidRequestException", "This most likely occurs because of a request being malformed by the "
-         "client library or the message was sent to an incompatible broker. See the broker logs for more "
-         "details."),
-    74: ("FencedLeaderEpochException", "The leader epoch in the request is older than the epoch on the broker."),
-    75: ("UnknownLeaderEpochException", "The leader epoch in the request is newer than the epoch on the broker."),
-    104: ("InconsistentClusterIdException", "The clusterId in the request does not match that found on the "
-          "server."),
-    126: ("DuplicateVoterException", "The voter is already part of the set of voters."),
-    127: ("VoterNotFoundException", "The voter is not part of the set of voters."),
+EXCEPTION_CLASSES: Mapping[int, str] = {
+    -1: "UnknownServerException",
+    3: "UnknownTopicOrPartitionException",
+    6: "NotLeaderOrFollowerException",
+    7: "TimeoutException",
+    8: "BrokerNotAvailableException",
+    29: "TopicAuthorizationException",
+    31: "ClusterAuthorizationException",
+    35: "UnsupportedVersionException",
+    41: "NotControllerException",
+    42: "InvalidRequestException",
+    74: "FencedLeaderEpochException",
+    75: "UnknownLeaderEpochException",
+    104: "InconsistentClusterIdException",
+    126: "DuplicateVoterException",
+    127: "VoterNotFoundException",
 }
 
 
@@ -99,7 +93,8 @@ class ApiError(Exception):
 
     @classmethod
     def from_code(cls, code: int, message: str | None) -> "ApiError":
-        java_class, default = EXCEPTION_CLASSES.get(code, EXCEPTION_CLASSES[-1])
+        known = code if code in EXCEPTION_CLASSES else -1
+        java_class, default = EXCEPTION_CLASSES[known], KAFKA_ERROR_MESSAGES[known]
         # Errors.exception(null) keeps the error's own text; an empty message stays empty.
         return cls(_ERRORS + java_class, default if message is None else message)
 

@@ -75,6 +75,32 @@ class ErrorCode(IntEnum):
     REBOOTSTRAP_REQUIRED = 129
 
 
+# Kafka's Errors.message() for the codes kraftwerk answers or prints without a text of its
+# own (what Kafka's clients show when a response carries no message).
+KAFKA_ERROR_MESSAGES: dict[int, str] = {
+    -1: "The server experienced an unexpected error when processing the request.",
+    3: "This server does not host this topic-partition.",
+    6: "For requests intended only for the leader, this error indicates that "
+        "the broker is not the current leader. For requests intended for any replica, this error indicates "
+        "that the broker is not a replica of the topic partition.",
+    7: "The request timed out.",
+    8: "The broker is not available.",
+    29: "Topic authorization failed.",
+    31: "Cluster authorization failed.",
+    35: "The version of API is not supported.",
+    41: "This is not the correct controller for this cluster.",
+    42: "This most likely occurs because of a request being malformed by the "
+        "client library or the message was sent to an incompatible broker. See the broker logs for more "
+        "details.",
+    74: "The leader epoch in the request is older than the epoch on the broker.",
+    75: "The leader epoch in the request is newer than the epoch on the broker.",
+    104: "The clusterId in the request does not match that found on the "
+        "server.",
+    126: "The voter is already part of the set of voters.",
+    127: "The voter is not part of the set of voters.",
+}
+
+
 def error_name(code: int) -> str:
     """The name of a Kafka error code, for logs and messages; a code this table lacks (a
     peer may send any int16) is named by its number instead of raising."""

@@ -70,7 +70,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from protocol.errors import ErrorCode
+from protocol.errors import KAFKA_ERROR_MESSAGES, ErrorCode
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
 from server.observability import Event, get_logger
 from server.raft import messages as m
@@ -96,14 +96,6 @@ from server.voters import KRAFT_VERSION_MAX, Endpoint, Voter, VoterHistory, Vote
 
 # (error code, message) of a voter change; a None message is Kafka's default text for the code.
 VoterChangeAnswer = tuple[ErrorCode, "str | None"]
-# Kafka's Errors.message() for the codes a voter change may end with without a text of its own.
-_DEFAULT_MESSAGES = {
-    ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: (
-        "For requests intended only for the leader, this error indicates that the broker is not the current "
-        "leader. For requests intended for any replica, this error indicates that the broker is not a replica "
-        "of the topic partition."),
-}
 KRAFT_VERSION_FEATURE = "kraft.version"
 UPDATE_RAFT_VOTER = 82
 
@@ -1033,7 +1025,7 @@ class RaftDriver:
     def _refused(self, refusal: VoterChangeAnswer, verb: str, voter_id: int) -> VoterChangeAnswer:
         error, message = refusal
         if message is None:
-            message = _DEFAULT_MESSAGES.get(error, "")
+            message = KAFKA_ERROR_MESSAGES.get(error, "")
         _log.info(Event.RAFT_VOTER_CHANGE_REFUSED, node_id=self.config.node_id, change=verb, voter_id=voter_id,
                   error=ErrorCode(error).name, message=message)
         return error, message
