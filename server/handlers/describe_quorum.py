@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import trio
 
-from protocol.errors import ErrorCode
+from protocol.errors import KAFKA_ERROR_MESSAGES, ErrorCode
 from server.api.context import ControllerServices
 from server.client import ClientError, KafkaClient
 from server.security.client_config import ClientSecurity
 
 METADATA_TOPIC = "__cluster_metadata"
 FORWARD_TIMEOUT_S = 1.0
-UNKNOWN_PARTITION_MESSAGE = "This server does not host this topic-partition."  # Kafka's, for error 3
 
 
 async def handle(ctx, request):
@@ -37,7 +36,8 @@ async def handle(ctx, request):
         # response's defaults (0, not -1) and no nodes.
         body["topics"] = [{"topic_name": topic.topic_name, "partitions": [
             {"partition_index": partition.partition_index, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-             "error_message": UNKNOWN_PARTITION_MESSAGE, "leader_id": 0, "leader_epoch": 0, "high_watermark": 0}
+             "error_message": KAFKA_ERROR_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION],
+             "leader_id": 0, "leader_epoch": 0, "high_watermark": 0}
             for partition in topic.partitions]} for topic in request.topics]
         if ctx.api_version >= 2:
             body["nodes"] = []
