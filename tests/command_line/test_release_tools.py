@@ -10,13 +10,13 @@ upgrade tests stop at the refusals that come before any connection)."""
 from __future__ import annotations
 
 import pytest
-import structlog
 
 from cli import release_tools as rt
 from cli.main import main
 from server.controller import features as ft
 from server.storage.bootstrap import read_bootstrap
 from server.storage.meta_properties import random_uuid_string, read_meta_properties
+from .in_process import run_main
 
 ELR = "eligible.leader.replicas.version"
 KRAFTWERK_ONLY = ("3.0-IV1", "3.1-IV0", "3.2-IV0", "3.3-IV0", "3.3-IV1", "3.3-IV2")
@@ -193,13 +193,8 @@ def fmt(tmp_path, capsys):
 
     def format_with(*argv: str):
         directory = tmp_path / f"metadata-{next(counter)}"
-        try:
-            status = main(["storage", "format", "--cluster-id", random_uuid_string(), "--log-dir", str(directory),
-                           "--override", "log.level=warning", *argv])
-        finally:
-            # main() configured structlog for the command; undo that for this process.
-            structlog.reset_defaults()
-        out, err = capsys.readouterr()
+        status, out, err = run_main(capsys, ["storage", "format", "--cluster-id", random_uuid_string(), "--log-dir",
+                                             str(directory), "--override", "log.level=warning", *argv])
         levels = None
         bootstrap = read_bootstrap(directory)
         if bootstrap is not None:

@@ -11,10 +11,8 @@ import io
 import uuid
 
 import pytest
-import structlog
 
 from cli import metadata_tools as mt
-from cli.main import main
 from cli.storage_format import (
     CONTROLLER_NEEDS_A_FLAG,
     STANDALONE_ON_BROKER,
@@ -39,6 +37,7 @@ from server.storage.bootstrap import (
 from server.storage.dynamic_voters import DynamicVoterError, parse_dynamic_voter, parse_dynamic_voters
 from server.storage.log import LogConfig, MetadataLog
 from server.storage.meta_properties import parse_uuid_string, random_uuid_string, read_meta_properties
+from .in_process import run_main
 
 CLUSTER_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 DIR_1 = "pkCSrLOITb6BrkbqORztFQ"
@@ -99,14 +98,8 @@ def fmt(tmp_path, capsys):
         directory = tmp_path / f"meta-{index}"
         config = tmp_path / f"server-{index}.properties"
         config.write_text("\n".join([*properties, f"log.dirs={directory}", "log.level=warning"]) + "\n")
-        try:
-            try:
-                status = main(["storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID, *argv])
-            except SystemExit as exited:
-                status = exited.code
-        finally:
-            structlog.reset_defaults()
-        out, err = capsys.readouterr()
+        status, out, err = run_main(capsys, ["storage", "format", "--config", str(config), "--cluster-id", CLUSTER_ID,
+                                             *argv])
         result = Formatted(status, out, err, directory)
         if status != 0:
             # A refusal formats nothing.

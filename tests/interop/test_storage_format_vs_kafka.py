@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import structlog
 
-from cli.main import main
 from protocol.raft_records import KRAFT_VERSION_RECORD, SNAPSHOT_FOOTER_RECORD, SNAPSHOT_HEADER_RECORD, VOTERS_RECORD
 from protocol.record_batch import ControlRecordType, control_record_type, decode_batches
 from protocol.records import decode_metadata_record
 from server.storage.bootstrap import bootstrap_snapshot_path
 from server.storage.meta_properties import parse_uuid_string, read_meta_properties
+
+from command_line.in_process import run_main
 
 from .kafka_tools import REPO_ROOT, classpath_missing, run_tool, tools_missing
 
@@ -125,14 +125,7 @@ def our_format(tmp_path: Path, name: str, properties: list[str], flags: list[str
     directory = tmp_path / f"ours-{name}"
     config = tmp_path / f"ours-{name}.properties"
     _write_config(config, [*properties, "log.level=warning"], directory)
-    try:
-        try:
-            status = main(["storage", "format", "--config", str(config), "-t", CLUSTER_ID, *flags])
-        except SystemExit as exited:
-            status = exited.code
-    finally:
-        structlog.reset_defaults()
-    out, err = capsys.readouterr()
+    status, out, err = run_main(capsys, ["storage", "format", "--config", str(config), "-t", CLUSTER_ID, *flags])
     error = ""
     if status != 0:
         clash = re.search(r"kraftwerk storage format: error:(.*)", err, re.DOTALL)
