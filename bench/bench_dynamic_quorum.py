@@ -54,8 +54,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import _common as common  # noqa: E402
+
+from e2e.quorum_helpers import read_events  # noqa: E402
 
 ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION = 51, 55, 2
 SCRAM_SHA_256 = 1
@@ -210,32 +213,13 @@ def _env(root: Path) -> dict[str, str]:
 # log events (the controllers' JSON lines on stderr)
 # --------------------------------------------------------------------------
 
-def events(path: Path, name: str, start_byte: int = 0) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, "rb") as handle:
-        handle.seek(start_byte)
-        text = handle.read().decode(errors="replace")
-    found = []
-    for line in text.splitlines():
-        if not line.startswith("{") or f'"{name}"' not in line:
-            continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line still being written
-        if entry.get("event") == name:
-            found.append(entry)
-    return found
-
-
 def event_time(entry: dict) -> float:
     """The event's wall-clock time (structlog's ISO timestamp, UTC) as a time.time() value."""
     return datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def first_event_time(path: Path, name: str, start_byte: int = 0, accept=lambda entry: True) -> float | None:
-    for entry in events(path, name, start_byte):
+    for entry in read_events(path, name, start_byte):
         if accept(entry):
             return event_time(entry)
     return None
@@ -412,11 +396,11 @@ def run_size(records: int, args, base: Path) -> dict:
         fill_end = view.high_watermark
         # The second snapshot lands on the fill's end; wait for it and the log before it to go.
         def snapshot_at_end():
-            taken = events(leader.log_path, "controller.snapshot_taken")
+            taken = read_events(leader.log_path, "controller.snapshot_taken")
             ends = [entry["end_offset"] for entry in taken]
             return max(ends) if ends and max(ends) >= fill_end - 1 else None
         snapshot_end = poll("a snapshot at the end of the fill", snapshot_at_end, 600, cluster,
-                            lambda: f" (snapshots: {[e['end_offset'] for e in events(leader.log_path, 'controller.snapshot_taken')]}, fill end {fill_end})")
+                            lambda: f" (snapshots: {[e['end_offset'] for e in read_events(leader.log_path, 'controller.snapshot_taken')]}, fill end {fill_end})")
         snapshot_wait_s = time.monotonic() - fill_started - fill_s
         snapshots = sorted(leader.metadata_dir.glob("*.checkpoint"))
         result.update({
@@ -425,7 +409,7 @@ def run_size(records: int, args, base: Path) -> dict:
             "fill_request_max_ms": round(max(request_ms), 1),
             "snapshot_wait_after_fill_s": round(snapshot_wait_s, 2),
             "fill_end_offset": fill_end, "snapshot_end_offset": snapshot_end,
-            "snapshots_taken": len(events(leader.log_path, "controller.snapshot_taken")),
+            "snapshots_taken": len(read_events(leader.log_path, "controller.snapshot_taken")),
             "snapshot_file_bytes": snapshots[-1].stat().st_size if snapshots else None,
             "leader_log_bytes": sum(p.stat().st_size for p in leader.metadata_dir.glob("*.log")),
             "leader_rss_mib_after_fill": cluster.rss_mib(1),
@@ -448,7 +432,7 @@ def run_size(records: int, args, base: Path) -> dict:
             return view if end >= view.high_watermark and caught_ms > 0 else None
 
         def observer_evidence():
-            refused = events(observer.log_path, "raft.response_refused")
+            refused = read_events(observer.log_path, "raft.response_refused")
             return f"; node 2 refused {len(refused)} responses, last: {refused[-1]['reason'][:200]}" if refused else ""
 
         poll("node 2 to catch up as an observer", caught_up, args.catch_up_timeout_s, cluster, observer_evidence)
@@ -459,8 +443,8 @@ def run_size(records: int, args, base: Path) -> dict:
                  args.catch_up_timeout_s, cluster)
         follower_at = first_event_time(observer.log_path, "raft.became_follower")
         installed_at = first_event_time(observer.log_path, "raft.snapshot_installed")
-        installed = events(observer.log_path, "raft.snapshot_installed")
-        received = events(observer.log_path, "storage.snapshot_received")
+        installed = read_events(observer.log_path, "raft.snapshot_installed")
+        received = read_events(observer.log_path, "storage.snapshot_received")
         result["catch_up"] = {
             "spawn_to_listening_s": round(listen_s, 3),
             "spawn_to_leader_known_s": _span(catch_start, follower_at),
@@ -470,7 +454,7 @@ def run_size(records: int, args, base: Path) -> dict:
             "snapshot_installed_end_offset": installed[0].get("end_offset") if installed else None,
             "snapshot_bytes_fetched": received[0].get("size_bytes") if received else None,
             "spawn_to_snapshot_received_s": _span(catch_start, event_time(received[0]) if received else None),
-            "observer_responses_refused": len(events(observer.log_path, "raft.response_refused")),
+            "observer_responses_refused": len(read_events(observer.log_path, "raft.response_refused")),
         }
         if installed_at is None:
             raise BenchError("node 2 caught up without installing a snapshot: the leader's log was not compacted")

@@ -138,7 +138,8 @@ def read_events(path: Path, name: str, start_byte: int = 0) -> list[dict]:
     found = []
     for line in text.splitlines():
         line = line.strip()
-        if not line.startswith("{"):
+        # The name test first: decoding every line of a long log is most of the cost.
+        if not line.startswith("{") or f'"{name}"' not in line:
             continue
         try:
             entry = json.loads(line)
