@@ -55,7 +55,7 @@ from server.raft.driver import RaftDriver
 from server.releases import supported_features as release_supported_features
 from server.security.client_config import ClientSecurity
 from server.api.context import BrokerServices
-from server.nodes.forwarding import Forwarder, leader_wait_s, peer_connections
+from server.nodes.forwarding import ControllerConnections, Forwarder, leader_wait_s
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import StartupError
@@ -110,7 +110,6 @@ class BrokerNode(ServingNode, BrokerServices):
         self.lifecycle = BrokerLifecycle(self, random.Random(self._rng.random()))
         self.was_member = False
         self._nursery: trio.Nursery | None = None
-        self._security: ClientSecurity | None = None
         self._metadata_version: int | None = None
         # Counters and marks for tests, benchmarks and logs.
         self.metadata_version_changes = 0
@@ -182,34 +181,21 @@ class BrokerNode(ServingNode, BrokerServices):
                 self.raft_driver, state, recovered.replay_from, self.supported_node_features,
                 node_id=config.node_id, log_dir=self.log_dir, on_commit=self._on_commit,
                 stop_on_unsupported_level=False)
-            self._security = security
             self.raft_driver.on_peer_moved = self._controller_moved
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
-                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms),
-                                       connect=lambda node_id: self._connect(self._forward_peers, node_id, "-forward"))
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
         self._metadata_version = state.metadata_version
 
     def _controller_moved(self, address: PeerAddress) -> None:
         """A controller's listener moved (UpdateRaftVoter): this broker's connections follow."""
-        for connections in (self._controller_peers, self._forward_peers):
-            peer = connections.get(address.node_id)
-            if peer is not None and self._nursery is not None:
-                self._nursery.start_soon(peer.move_to, address)
-
-    def _connect(self, connections: dict[int, PeerConnection], node_id: int, client_suffix: str) -> PeerConnection | None:
-        """A connection to a controller the log named (a dynamic quorum, KIP-853), opened now."""
-        address = self.raft_driver.peer_address(node_id) if self.raft_driver is not None else None
-        if address is None or self._nursery is None:
-            return None
-        peer = self._controller_connections({node_id: address}, client_suffix, self._security)[node_id]
-        connections[node_id] = peer
-        self._nursery.start_soon(peer.run)
-        return peer
+        self._controller_peers.moved(address)
+        self._forward_peers.moved(address)
 
     def _controller_connections(self, peers: dict[int, PeerAddress], client_suffix: str,
-                                security: ClientSecurity) -> dict[int, PeerConnection]:
-        return peer_connections(peers, f"kraftwerk-broker-{self.config.node_id}{client_suffix}", security,
-                                self._rng)
+                                security: ClientSecurity) -> ControllerConnections:
+        # A dynamic quorum's controllers are the ones the log names (KIP-853).
+        return ControllerConnections(peers, f"kraftwerk-broker-{self.config.node_id}{client_suffix}", security,
+                                     self._rng, lookup=self.raft_driver.peer_address)
 
     # -- running --------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -220,8 +206,8 @@ class BrokerNode(ServingNode, BrokerServices):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                for peer in (*self._controller_peers.values(), *self._forward_peers.values()):
-                    await nursery.start(peer.run)
+                await self._controller_peers.start(nursery)
+                await self._forward_peers.start(nursery)
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.replayer.run)
                 # Before the catch-up wait: a broker that is slow to catch up is exactly
@@ -240,6 +226,8 @@ class BrokerNode(ServingNode, BrokerServices):
                 nursery.cancel_scope.cancel()
         finally:
             self._nursery = None
+            self._controller_peers.detach()
+            self._forward_peers.detach()
             self.metadata_log.close()
 
     async def shutdown(self, timeout_s: float) -> None:
@@ -252,7 +240,7 @@ class BrokerNode(ServingNode, BrokerServices):
         """The connection for broker-to-controller requests to controller `node_id`."""
         if node_id is None:
             return None
-        return self._controller_peers.get(node_id) or self._connect(self._controller_peers, node_id, "")
+        return self._controller_peers.connection(node_id)
 
     async def wait_metadata_known(self) -> None:
         """Until the image holds a metadata.version and has replayed what the leader had
@@ -313,7 +301,7 @@ class BrokerNode(ServingNode, BrokerServices):
         with trio.move_on_after(RENEGOTIATE_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
                 for voter in self.voters:
-                    for peer in (self._forward_peers.get(voter.node_id), self.controller_peer(voter.node_id)):
+                    for peer in (self._forward_peers.existing(voter.node_id), self.controller_peer(voter.node_id)):
                         if peer is not None:
                             nursery.start_soon(self._renegotiate_peer, peer, level, replayed_offset)
         if self.state.metadata_version != level:

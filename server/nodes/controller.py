@@ -38,7 +38,7 @@ from server.dispatch import Dispatcher
 from server.migration.copy import migration_state_record
 from server.migration.driver import MigrationDriver
 from server.migration.state import ZkMigrationState, kip_state
-from server.net.peer import PeerAddress, PeerConnection
+from server.net.peer import PeerAddress
 from server.observability import Event, Metrics, get_logger
 from server.raft.driver import RaftDriver
 from server.raft.validate import Refusal
@@ -46,7 +46,7 @@ from server.releases import supported_features as release_supported_features
 from server.security.exposure import warn_exposed_listeners
 from server.api.context import ControllerServices, RaftEndpoint
 from server.nodes.controller_registration import run_controller_registration
-from server.nodes.forwarding import Forwarder, leader_wait_s, peer_connections
+from server.nodes.forwarding import ControllerConnections, Forwarder, leader_wait_s
 from server.nodes.serving import Endpoint, ServingNode
 from server.nodes import startup
 from server.nodes.startup import RecoveredLog, StartupError
@@ -100,8 +100,6 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         # bootstrap snapshot names (until the Raft driver reads them from the log).
         self._dynamic = False
         self._bootstrap_voters = None
-        self._forward_security = None
-        self._nursery: trio.Nursery | None = None
         # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
         self.migration = None
         self.metrics_port: int | None = None
@@ -181,15 +179,14 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             )
             # The quorum's own records (voter changes) wait for the controller's in line.
             self.raft_driver.append_gate = self.controller.raft_append
-            self.raft_driver.on_peer_moved = self._peer_moved
             # A standby relays the writes clients send it to the active controller, and
             # reads after it, over connections of its own (server/nodes/forwarding.py).
-            self._forward_peers = peer_connections(peers, f"kraftwerk-controller-{config.node_id}-forward",
-                                                   security, random.Random())
-            self._forward_security = security
+            self._forward_peers = ControllerConnections(
+                peers, f"kraftwerk-controller-{config.node_id}-forward", security, random.Random(),
+                lookup=self.raft_driver.peer_address if self._dynamic else None)
+            self.raft_driver.on_peer_moved = self._forward_peers.moved
             self.forwarder = Forwarder(config.node_id, self.raft_driver, self._forward_peers, self.replayer,
-                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms),
-                                       connect=self._forward_connection if self._dynamic else None)
+                                       leader_wait_s(config.quorum_fetch_timeout_ms, config.quorum_election_timeout_ms))
             if config.migration_enabled:
                 if not config.zookeeper_connect:
                     raise StartupError("kafka.metadata.migration.enable=true needs zookeeper.connect (the "
@@ -227,24 +224,6 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         if own is None or own[0] in WILDCARD_HOSTS:
             return ()  # bound to every address and not advertised: no address others could use
         return (VoterEndpoint(name, own[0], own[1]),)
-
-    def _peer_moved(self, address: PeerAddress) -> None:
-        """A controller's listener moved (UpdateRaftVoter): this node's relay connection follows."""
-        peer = self._forward_peers.get(address.node_id)
-        if peer is not None and self._nursery is not None:
-            self._nursery.start_soon(peer.move_to, address)
-
-    def _forward_connection(self, node_id: int) -> PeerConnection | None:
-        """A relay connection of this node's own to a controller the log named (dynamic quorums)."""
-        address = self.raft_driver.peer_address(node_id) if self.raft_driver is not None else None
-        nursery = self._nursery
-        if address is None or nursery is None:
-            return None
-        peer = peer_connections({node_id: address}, f"kraftwerk-controller-{self.config.node_id}-forward",
-                                self._forward_security, random.Random())[node_id]
-        self._forward_peers[node_id] = peer
-        nursery.start_soon(peer.run)
-        return peer
 
     def _check_startable(self, recovered: RecoveredLog) -> None:
         """A brand-new node needs its bootstrap records (the records it writes if it
@@ -302,14 +281,13 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             self.open()
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._forward_peers.attach(nursery)
                 await startup.start_node_listeners(nursery, self, Dispatcher(self, self.served_apis),
                                                    registry=self.connections)
                 self.raft_driver.own_endpoints = self._own_controller_endpoints()
                 await nursery.start(self.raft_driver.run)
                 await nursery.start(self.controller.run)
-                for peer in self._forward_peers.values():
-                    await nursery.start(peer.run)
+                await self._forward_peers.start(nursery)
                 nursery.start_soon(self._fence_expired_brokers)
                 if self.migration is not None:
                     await nursery.start(self.migration.run)
@@ -329,6 +307,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                          metadata_version=self.state.metadata_version)
                 task_status.started(self.port)
         finally:
+            self._forward_peers.detach()
             self.metadata_log.close()
 
     async def _fence_expired_brokers(self) -> None:

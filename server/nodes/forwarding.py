@@ -14,7 +14,7 @@ Rules kept here:
 - An answer goes back to the client only once this node's image holds everything the
   controller had replayed when it answered (read-your-writes through the same node),
   bounded by READ_YOUR_WRITES_WAIT_S.
-- Forwards and barriers use connections of their own (`peers`), never the Raft
+- Forwards and barriers use connections of their own (`ControllerConnections`), never the Raft
   driver's: that one carries a long-polled Fetch the leader may hold, and answers on
   one connection leave in order.
 - The read barrier: a node that is not the active controller asks the leader how far
@@ -79,16 +79,67 @@ def leader_wait_s(fetch_timeout_ms: int, election_timeout_ms: int) -> float:
     return (fetch_timeout_ms + election_timeout_ms) / 1000
 
 
-def peer_connections(peers: dict[int, PeerAddress], client_id: str, security: ClientSecurity | None,
-                     rng: random.Random) -> dict[int, PeerConnection]:
-    """One connection of this node's own to each controller in `peers` (not the Raft
-    driver's: see the module's rules), each with a random source drawn from `rng`."""
-    connections = {}
-    for node_id, address in peers.items():
-        peer = PeerConnection(address, client_id, random.Random(rng.random()))
-        peer.security = security
-        connections[node_id] = peer
-    return connections
+class ControllerConnections:
+    """This node's own connections of one purpose to the controllers (not the Raft
+    driver's: see the module's rules): one to each controller the configuration names,
+    started with the node, and in a dynamic quorum (KIP-853) one to a controller the
+    log names, opened when first asked for (`lookup` gives its address). Each follows
+    its controller when that controller's listener moves (UpdateRaftVoter)."""
+
+    def __init__(self, peers: dict[int, PeerAddress], client_id: str, security: ClientSecurity | None,
+                 rng: random.Random, lookup: Callable[[int], PeerAddress | None] | None = None) -> None:
+        self._client_id = client_id
+        self._security = security
+        self._rng = rng
+        self._lookup = lookup
+        self._peers = {node_id: self._new(address) for node_id, address in peers.items()}
+        self._running: set[int] = set()
+        self._nursery: trio.Nursery | None = None
+
+    def _new(self, address: PeerAddress) -> PeerConnection:
+        peer = PeerConnection(address, self._client_id, random.Random(self._rng.random()))
+        peer.security = self._security
+        return peer
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Connections opened or moved from now on run in `nursery` (the node's)."""
+        self._nursery = nursery
+
+    def detach(self) -> None:
+        self._nursery = None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Starts every connection not yet running (the configured ones)."""
+        self.attach(nursery)
+        for node_id, peer in list(self._peers.items()):
+            if node_id not in self._running:
+                self._running.add(node_id)
+                await nursery.start(peer.run)
+
+    def existing(self, node_id: int | None) -> PeerConnection | None:
+        return self._peers.get(node_id) if node_id is not None else None
+
+    def connection(self, node_id: int | None) -> PeerConnection | None:
+        """The connection to controller `node_id`, opened now if the log names it and
+        none exists; None when neither the configuration nor the log knows it."""
+        peer = self.existing(node_id)
+        if peer is not None or node_id is None or self._lookup is None or self._nursery is None:
+            return peer
+        address = self._lookup(node_id)
+        if address is None:
+            return None
+        peer = self._peers[node_id] = self._new(address)
+        self._running.add(node_id)
+        self._nursery.start_soon(peer.run)
+        return peer
+
+    def moved(self, address: PeerAddress) -> None:
+        peer = self._peers.get(address.node_id)
+        if peer is not None and self._nursery is not None:
+            self._nursery.start_soon(peer.move_to, address)
+
+    def all(self) -> list[PeerConnection]:
+        return list(self._peers.values())
 
 
 class _NotActive(Exception):
@@ -96,16 +147,12 @@ class _NotActive(Exception):
 
 
 class Forwarder:
-    def __init__(self, node_id: int, driver: RaftDriver, peers: dict[int, PeerConnection],
-                 replayer: Replayer, leader_wait_s: float,
-                 connect: Callable[[int], PeerConnection | None] | None = None) -> None:
+    def __init__(self, node_id: int, driver: RaftDriver, peers: ControllerConnections,
+                 replayer: Replayer, leader_wait_s: float) -> None:
         self._node_id = node_id
         self._leader_wait_s = leader_wait_s
         self._driver = driver
         self._peers = peers
-        # Opens (and registers in `peers`) a connection to a controller the log named, in a
-        # dynamic quorum (KIP-853); None: the peers are all the controllers there are.
-        self._connect = connect
         self._replayer = replayer
         # The (epoch, leader) whose connection was last nudged (_leader_peer).
         self._nudged: tuple[int, int] | None = None
@@ -192,9 +239,7 @@ class Forwarder:
         """The connection to `leader`. A leader the quorum names is up; a connection to
         it still waiting out a reconnect backoff (it restarted since it broke) is told so,
         once per epoch, and reconnects now."""
-        peer = self._peers.get(leader) if leader is not None else None
-        if peer is None and leader is not None and self._connect is not None:
-            peer = self._connect(leader)
+        peer = self._peers.connection(leader)
         if peer is not None and not peer.connected and not self._driver.leader_unreachable:
             named = (self._driver.epoch, leader)
             if named != self._nudged:

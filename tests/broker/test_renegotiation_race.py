@@ -58,7 +58,7 @@ async def test_an_answer_from_a_controller_that_has_not_replayed_the_change_is_n
             real = broker.controller_peer(1)
             assert broker.lifecycle.negotiated_version(real, BROKER_REGISTRATION) == 1
             lagging = AnswersBeforeReplaying(real, stale_answers=2)
-            broker._controller_peers[1] = lagging
+            broker._controller_peers._peers[1] = lagging
             stale_epoch = real.finalized_features_epoch
 
             reply = await cluster.update_metadata_version(MV_3_7_IV2)
@@ -85,7 +85,7 @@ async def test_a_controller_that_never_catches_up_is_reported_not_current(tmp_pa
             await broker.lifecycle.wait_state(BrokerState.RUNNING)
             real = broker.controller_peer(1)
             lagging = AnswersBeforeReplaying(real, stale_answers=10**6)
-            broker._controller_peers[1] = lagging
+            broker._controller_peers._peers[1] = lagging
             reply = await cluster.update_metadata_version(MV_3_7_IV2)
             assert reply.error_code == ErrorCode.NONE
             await broker.wait_renegotiated(MV_3_7_IV2)

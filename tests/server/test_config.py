@@ -34,10 +34,11 @@ def test_bad_voter_lists_are_refused(voters):
         config_from_properties({"controller.quorum.voters": voters})
 
 
-def test_the_compose_deployment_configs_describe_one_three_voter_quorum():
+@pytest.mark.parametrize("network", ["bridge", "host"])
+def test_the_compose_deployment_configs_describe_one_three_voter_quorum(network):
     from server.config import load_config
 
-    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / network
     configs = [load_config(deploy / f"controller-{n}.properties") for n in (1, 2, 3)]
     assert [c.node_id for c in configs] == [1, 2, 3]
     voters = {c.quorum_voters for c in configs}
