@@ -4,7 +4,8 @@
 Owns: writing a node's properties file, formatting its directory with the
 real `kraftwerk storage format`, starting `kraftwerk controller` or
 `kraftwerk broker` as a child process (ready once it writes its port file),
-and stopping it (SIGTERM, then SIGKILL). Every wait is bounded.
+and stopping it (SIGTERM, then SIGKILL): a cluster's nodes in two waves, the brokers
+together, then the controllers together (`stop_nodes`). Every wait is bounded.
 
 Also owns `kraftwerk cluster up --secure`: `secure_material` (a CA and a node
 certificate made with the openssl command, random passwords, the operator's client
@@ -196,6 +197,111 @@ def stop_controller(controller: ControllerProcess, kill: bool = False) -> None:
         controller._log_handle = None
 
 
+def stop_nodes(processes: dict[int, ControllerProcess], hurry: Callable[[], bool] = lambda: False,
+               also_controllers: tuple[int, ...] = ()) -> None:
+    """Stops every node of `processes` (and empties it): the brokers all at once, then the
+    controllers all at once (with the processes `also_controllers` names, controllers
+    this process did not start). Brokers go first because a broker's controlled shutdown
+    needs the quorum; nodes of one kind go together because each waits only on the
+    quorum, never on its peers. A node still running after STOP_TIMEOUT_S, or as soon as
+    `hurry()` says so (the operator asked twice), is killed."""
+    nodes = list(processes.values())
+    processes.clear()
+    brokers = [_Stoppable.of(node.process) for node in nodes if node.spec.role == "broker"]
+    controllers = [_Stoppable.of(node.process) for node in nodes if node.spec.role != "broker"]
+    controllers += [_Stoppable(pid, lambda pid=pid: _process_alive(pid)) for pid in also_controllers]
+    try:
+        for wave in (brokers, controllers):
+            _stop_wave(wave, hurry)
+    finally:
+        for node in nodes:
+            if node._log_handle is not None:
+                node._log_handle.close()
+                node._log_handle = None
+
+
+def stop_children(work: Path, hurry: Callable[[], bool] = lambda: False) -> list[int]:
+    """Stops (SIGTERM, then SIGKILL) and reaps the child processes of this process whose
+    arguments name `work`: the nodes of that cluster a start interrupted half-way never
+    recorded (other children, e.g. a test's, are left alone). Linux (/proc); returns their pids."""
+    pids = _child_pids(str(work))
+    _stop_wave([_Stoppable(pid, lambda pid=pid: _child_alive(pid)) for pid in pids], hurry)
+    return pids
+
+
+@dataclass(frozen=True, slots=True)
+class _Stoppable:
+    pid: int
+    alive: Callable[[], bool]  # reaps the process when it is our child
+
+    @staticmethod
+    def of(process: subprocess.Popen) -> "_Stoppable":
+        return _Stoppable(process.pid, lambda: process.poll() is None)
+
+
+def _signal(pid: int, number: int, group: bool = False) -> None:
+    try:
+        if group:
+            # A node leads a session of its own: the group takes anything it started too.
+            try:
+                os.killpg(pid, number)
+                return
+            except ProcessLookupError:
+                pass  # not a group leader
+        os.kill(pid, number)
+    except (ProcessLookupError, PermissionError):
+        pass  # gone already, or no longer ours to signal
+
+
+def _stop_wave(wave: list[_Stoppable], hurry: Callable[[], bool]) -> None:
+    for item in wave:
+        if item.alive():
+            _signal(item.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    # Bounded by the deadline; other processes' exits have no event this loop could wait on.
+    while any(item.alive() for item in wave) and time.monotonic() < deadline and not hurry():
+        time.sleep(PORT_FILE_POLL_S)
+    for item in wave:
+        if item.alive():
+            _signal(item.pid, signal.SIGKILL, group=True)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while any(item.alive() for item in wave) and time.monotonic() < deadline:
+        time.sleep(PORT_FILE_POLL_S)
+
+
+def _child_pids(mentioning: str) -> list[int]:
+    """The pids whose parent is this process (/proc/<pid>/stat's fourth field) and whose
+    arguments contain `mentioning`."""
+    own = os.getpid()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+            command = Path("/proc", entry, "cmdline").read_bytes()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name (second field) may hold spaces and parentheses: split after its last ")".
+        fields = stat.rpartition(")")[2].split()
+        if len(fields) > 1 and fields[1] == str(own) and mentioning.encode() in command:
+            found.append(int(entry))
+    return found
+
+
+def _child_alive(pid: int) -> bool:
+    """Whether child `pid` still runs; reaps it once it has exited."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return False  # reaped already (by its Popen object)
+    return done == 0
+
+
 # -- growing a running `cluster up --standalone` quorum (KIP-853) -------------------------
 
 ADD_CONTROLLER_TIMEOUT_S = 60.0
@@ -255,24 +361,27 @@ def grow_quorum(work: Path) -> tuple[ControllerSpec, str]:
         time.sleep(ADD_CONTROLLER_RETRY_S)
 
 
-def stop_added_controllers(work: Path) -> list[int]:
-    """Stops (SIGTERM, then SIGKILL) the controllers `cluster add-controller` started."""
-    stopped = []
+def added_controller_pids(work: Path) -> list[int]:
+    """The running controllers `cluster add-controller` started for the cluster in `work`."""
+    pids = []
     for path in sorted(work.glob("controller-*.pid")):
         try:
             pid = int(path.read_text().strip())
-        except ValueError:
+        except (OSError, ValueError):
             continue
         if _process_alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + STOP_TIMEOUT_S
-            while _process_alive(pid) and time.monotonic() < deadline:
-                time.sleep(PORT_FILE_POLL_S)
-            if _process_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-            stopped.append(pid)
+            pids.append(pid)
+    return pids
+
+
+def stop_added_controllers(work: Path, hurry: Callable[[], bool] = lambda: False) -> list[int]:
+    """Stops (SIGTERM, all at once, then SIGKILL) the controllers `cluster add-controller`
+    started, and forgets them."""
+    pids = added_controller_pids(work)
+    _stop_wave([_Stoppable(pid, lambda pid=pid: _process_alive(pid)) for pid in pids], hurry)
+    for path in work.glob("controller-*.pid"):
         path.unlink(missing_ok=True)
-    return stopped
+    return pids
 
 
 def poll_until(what: str, condition: Callable[[], bool], *, timeout_s: float, poll_s: float,
@@ -345,6 +454,11 @@ def _bindable(port: int) -> bool:
         except OSError:
             return False
     return True
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a node could listen on 127.0.0.1:`port` now (no listener holds it)."""
+    return _bindable(port)
 
 
 def free_port_run(count: int, directory: Path | None = None) -> int:
@@ -649,9 +763,7 @@ class SecureLocalCluster:
             stop_node(process, kill=kill)
 
     def stop_all(self) -> None:
-        # Brokers first: a broker's controlled shutdown needs the controllers.
-        for node_id in sorted(self.processes, reverse=True):
-            self.stop(node_id)
+        stop_nodes(self.processes)
 
     # -- probes, as the operator ------------------------------------------------------
     def ask(self, address: str, api_key: int | None, body: dict | None = None, *, log_in: bool = True):

@@ -45,6 +45,8 @@ from cli.local_cluster import (
     stop_added_controllers,
 )
 from cli.metadata_tools import add_parsers as add_metadata_tool_parsers
+from cli.node_process import StopSignals, listener_refusal, refusal_message, serve_until_stopped
+from server.net.listener import ListenerBindError
 from cli.migration_story import MigrationCluster, MigrationStoryError
 from cli.quorum_tools import add_parsers as add_quorum_parsers
 from cli import storage_format as sf
@@ -146,21 +148,23 @@ def cmd_broker(args) -> int:
     if args.zookeeper:
         return run_zk_broker(args)
 
-    # deferred import: a node loads the whole request path (~0.3 s); the client commands
-    # (storage, features, metadata-quorum) start without it.
-    from server.broker.lifecycle import BrokerFatalError
-    from server.nodes.broker import BrokerNode
+    # A stop signal from here on is noted, not fatal: a node stopped while it loads still exits 0.
+    with StopSignals() as early:
+        # deferred import: a node loads the whole request path (~0.3 s); the client commands
+        # (storage, features, metadata-quorum) start without it.
+        from server.broker.lifecycle import BrokerFatalError
+        from server.nodes.broker import BrokerNode
 
-    config = _load_config(args)
-    if not config.is_broker:
-        config = replace(config, process_roles=("broker",))
-    node = _open_node(BrokerNode, config)
+        config = _load_config(args)
+        if not config.is_broker:
+            config = replace(config, process_roles=("broker",))
+        node = _open_node(BrokerNode, config)
 
-    async def controlled_shutdown() -> None:
-        # The controller fences the broker on purpose, then it stops.
-        await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
+        async def controlled_shutdown() -> None:
+            # The controller fences the broker on purpose, then it stops.
+            await node.shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
 
-    return _serve_node(node, args.port_file, controlled_shutdown, BrokerFatalError)
+        return _serve_node(node, args.port_file, controlled_shutdown, BrokerFatalError, early)
 
 
 def _open_node(node_class, config):
@@ -192,35 +196,30 @@ def _open_node(node_class, config):
     return node
 
 
-def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseException]) -> int:
+def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseException], early: StopSignals) -> int:
     """Runs `node` until SIGINT/SIGTERM (then `before_stop()`, bounded by its own
-    timeout) or until it ends by itself; a `fatal` error becomes a non-zero exit with
-    its message (KIP-778 stops)."""
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                await node.run(task_status=task_status)
-                nursery.cancel_scope.cancel()  # the node ended by itself (a broker's shutdown)
-
-            port = await nursery.start(serve)
-            # What exists once the node serves (modules, the served table, the image,
-            # the listeners) lives as long as the process: moved out of the collector's
-            # generations, no later collection scans it again. Reference counting still
-            # frees any of it that is dropped; only a reference cycle among these
-            # objects would outlive its use, once, bounded by the start-up heap.
-            gc.freeze()
-            if port_file:
-                Path(port_file).write_text(f"{port}\n")
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    await before_stop()
-                    nursery.cancel_scope.cancel()
-                    break
+    timeout; cli/node_process.py) or until it ends by itself; a `fatal` error becomes a
+    non-zero exit with its message (KIP-778 stops), and so does a listener that cannot
+    bind its address."""
+    def started(port) -> None:
+        # What exists once the node serves (modules, the served table, the image,
+        # the listeners) lives as long as the process: moved out of the collector's
+        # generations, no later collection scans it again. Reference counting still
+        # frees any of it that is dropped; only a reference cycle among these
+        # objects would outlive its use, once, bounded by the start-up heap.
+        gc.freeze()
+        if port_file:
+            Path(port_file).write_text(f"{port}\n")
 
     try:
-        trio.run(main)
-    except BaseExceptionGroup as group:
-        matched = group.subgroup(fatal)
+        trio.run(serve_until_stopped, node.run, before_stop, started, early, node.config.node_id)
+    except (BaseExceptionGroup, ListenerBindError) as error:
+        refusal = listener_refusal(error)
+        if refusal is not None:
+            raise CommandError(refusal_message(refusal)) from None
+        if not isinstance(error, BaseExceptionGroup):
+            raise
+        matched = error.subgroup(fatal)
         if matched is None:
             raise
         raise CommandError(str(_first_leaf(matched))) from None
@@ -228,25 +227,27 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
 
 
 def cmd_controller(args) -> int:
-    # deferred import: a node loads the whole request path; see cmd_broker.
-    from server.controller.replayer import UnsupportedFinalizedLevelError
-    from server.nodes.controller import ControllerNode
+    # A stop signal from here on is noted, not fatal: see cmd_broker.
+    with StopSignals() as early:
+        # deferred import: a node loads the whole request path; see cmd_broker.
+        from server.controller.replayer import UnsupportedFinalizedLevelError
+        from server.nodes.controller import ControllerNode
 
-    node = _open_node(ControllerNode, _load_config(args))
+        node = _open_node(ControllerNode, _load_config(args))
 
-    async def resign() -> None:
-        if node.migration is not None:
-            # KIP-866: a clean shutdown writes what ZooKeeper still lacks first, so a
-            # rollback to ZooKeeper loses nothing that was committed.
-            await node.migration.drain(MIGRATION_DRAIN_TIMEOUT_S)
-        # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so the others
-        # elect a new leader at once instead of after a fetch timeout.
-        with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
-            await node.raft_driver.resign()
+        async def resign() -> None:
+            if node.migration is not None:
+                # KIP-866: a clean shutdown writes what ZooKeeper still lacks first, so a
+                # rollback to ZooKeeper loses nothing that was committed.
+                await node.migration.drain(MIGRATION_DRAIN_TIMEOUT_S)
+            # A leader that stops on purpose tells the quorum (EndQuorumEpoch), so the others
+            # elect a new leader at once instead of after a fetch timeout.
+            with trio.move_on_after(GRACEFUL_RESIGN_TIMEOUT_S):
+                await node.raft_driver.resign()
 
-    # KIP-778: the quorum finalized a level this software cannot run; the loop already
-    # logged it and resigned leadership: say so and exit non-zero.
-    return _serve_node(node, args.port_file, resign, UnsupportedFinalizedLevelError)
+        # KIP-778: the quorum finalized a level this software cannot run; the loop already
+        # logged it and resigned leadership: say so and exit non-zero.
+        return _serve_node(node, args.port_file, resign, UnsupportedFinalizedLevelError, early)
 
 
 # --------------------------------------------------------------------------
@@ -735,18 +736,59 @@ def _interrupt_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _check_ports_free(args) -> None:
+    """Refuses, before anything is formatted or deleted, ports of the cluster that another
+    process listens on (a `cluster up` already running, a compose cluster): one line naming
+    the address, instead of a node that exits half-way through start-up."""
+    ports = [("controller", args.base_port + i) for i in range(args.controllers)]
+    ports += [("broker", args.broker_base_port + i) for i in range(args.brokers)]
+    if args.zookeeper:
+        ports.append(("ZooKeeper", args.zookeeper_port))
+    for role, port in ports:
+        if not lc.port_is_free(port):
+            raise CommandError(f"cannot listen on 127.0.0.1:{port} (a {role} of this cluster): address already "
+                               "in use; another process listens there (is this cluster already up?), or choose "
+                               "other ports (--base-port, --broker-base-port)")
+
+
+def _stop_local_nodes(processes, work: Path, added_controllers: bool = True, then=None) -> None:
+    """`cluster up`'s stop path: the brokers together, then the controllers together (with
+    those `cluster add-controller` started), then `then()` (ZooKeeper), then any node of the
+    cluster in `work` that a start interrupted half-way left unrecorded. A second Ctrl-C or
+    SIGTERM meanwhile kills what is left at once; it never abandons a node."""
+    with StopSignals() as again:
+        def hurry() -> bool:
+            return bool(again.received)
+
+        if processes:
+            print(f"Stopping {len(processes)} node(s)", flush=True)
+        added = tuple(lc.added_controller_pids(work)) if added_controllers else ()
+        try:
+            lc.stop_nodes(processes, hurry, also_controllers=added)
+            if added_controllers:
+                stop_added_controllers(work, hurry)
+            if then is not None:
+                then()
+        finally:
+            lc.stop_children(work, hurry)
+
+
 def cmd_cluster_up(args) -> int:
+    # Ctrl-C (or `kill -INT`) and SIGTERM stop it, from the first moment: the nodes run in
+    # sessions of their own and would outlive a `kill`, a shell that starts this command in
+    # the background leaves SIGINT ignored, and `docker stop`, systemd and CI send SIGTERM.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     if args.zookeeper:
         if args.secure:
             raise CommandError("--secure and --zookeeper cannot be combined (the migration runs on PLAINTEXT)")
+        _check_ports_free(args)
         return _cluster_up_zookeeper(args)
     if not 1 <= args.controllers <= 9:
         raise CommandError("--controllers must be between 1 and 9 (3 or 5 are the usual quorums)")
     if not 0 <= args.brokers <= 50:
         raise CommandError("--brokers must be between 0 and 50")
-    # The nodes run in sessions of their own and would outlive a `kill`: SIGTERM stops
-    # them like Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    _check_ports_free(args)
     work = Path(args.dir).resolve()
     if work.exists() and not args.keep:
         shutil.rmtree(work)
@@ -799,11 +841,13 @@ def cmd_cluster_up(args) -> int:
         if not args.exit:
             _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
+    except KeyboardInterrupt:
+        print("Stopped before the cluster was up (Ctrl-C or SIGTERM)", file=sys.stderr, flush=True)
+        return EXIT_OK
     except (LocalClusterError, StoryError) as exc:
         raise CommandError(str(exc)) from None
     finally:
-        cluster.stop_all()
-        stop_added_controllers(work)
+        _stop_local_nodes(cluster.processes, work)
 
 
 def cmd_cluster_add_controller(args) -> int:
@@ -939,10 +983,14 @@ def _cluster_up_zookeeper(args) -> int:
         if not args.exit:
             _wait_for_interrupt(list(cluster.processes.values()))
         return EXIT_OK
+    except KeyboardInterrupt:
+        print("Stopped before the cluster was up (Ctrl-C or SIGTERM)", file=sys.stderr, flush=True)
+        return EXIT_OK
     except (LocalClusterError, MigrationStoryError, ZooKeeperStartError) as exc:
         raise CommandError(f"{exc} (logs in {work})") from None
     finally:
-        cluster.stop_all()
+        # ZooKeeper last: a controller's clean stop writes what ZooKeeper still lacks.
+        _stop_local_nodes(cluster.processes, work, added_controllers=False, then=cluster.stop_all)
 
 
 def cmd_demo_upgrade(args) -> int:

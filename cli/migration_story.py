@@ -255,8 +255,7 @@ class MigrationCluster:
 
     def stop_all(self) -> None:
         try:
-            for node_id in list(self.processes):
-                self.stop(node_id)
+            lc.stop_nodes(self.processes)
         finally:
             self.zookeeper.stop()  # even when a node's stop failed: nothing is left running
 

@@ -228,8 +228,7 @@ class LocalCluster:
             lc.stop_node(process, kill=kill)
 
     def stop_all(self) -> None:
-        for node_id in list(self.processes):
-            self.stop(node_id)
+        lc.stop_nodes(self.processes)
 
     def alive(self, node_id: int) -> bool:
         process = self.processes.get(node_id)

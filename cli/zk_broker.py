@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import argparse
 import gc
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import trio
 
+from cli.node_process import StopSignals, listener_refusal, refusal_message, serve_until_stopped
 from server.config import config_from_properties, load_properties
+from server.net.listener import ListenerBindError
 from server.observability import configure_logging
 from server.releases import release
 from server.zk.client import ZkConnectionError
@@ -34,6 +35,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 DEFAULT_LISTENER = "PLAINTEXT://127.0.0.1:9092"
+# The broker registers in ZooKeeper (visible to everyone) before it reports serving and
+# writes its port file: a stop in between lets it finish starting, then leave as a serving
+# broker does. Bounded: an unreachable ZooKeeper does not hold a stop up for longer.
+FINISH_STARTING_S = 5.0
 
 
 def _add(parser: argparse.ArgumentParser, flag: str, **kwargs) -> None:
@@ -99,6 +104,13 @@ def build_config(args):
 
 
 def run(args) -> int:
+    # A stop signal from here on is noted, not fatal (cli/node_process.py): a broker stopped
+    # while it loads or registers still closes its session and exits 0.
+    with StopSignals() as early:
+        return _run(args, early)
+
+
+def _run(args, early: StopSignals) -> int:
     # deferred import: the broker node loads the whole request path (~0.3 s); every kraftwerk
     # command imports this module for its arguments, only this one runs the node.
     from server.nodes.zkbroker import ZkBrokerFatalError, ZkBrokerNode
@@ -112,28 +124,28 @@ def run(args) -> int:
     node = ZkBrokerNode(config)
     port_file = getattr(args, "port_file", None)
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                await node.run(task_status=task_status)
-                nursery.cancel_scope.cancel()  # ended by itself
+    def started(port) -> None:
+        gc.freeze()  # start-up's objects live as long as the process: see cli/main.py
+        if port_file:
+            Path(port_file).write_text(f"{port}\n")
 
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                port = await nursery.start(serve)
-                gc.freeze()  # start-up's objects live as long as the process: see cli/main.py
-                if port_file:
-                    Path(port_file).write_text(f"{port}\n")
-                async for _ in signals:
-                    node.request_stop()  # closes the ZooKeeper session, then run() returns
-                    break
+    async def stop() -> None:
+        node.request_stop()  # closes the ZooKeeper session, so the registration goes at once
 
     try:
-        trio.run(main)
+        trio.run(serve_until_stopped, node.run, stop, started, early, config.node_id, FINISH_STARTING_S)
     except BaseExceptionGroup as group:
+        refusal = listener_refusal(group)
+        if refusal is not None:
+            print(f"error: {refusal_message(refusal)}", file=sys.stderr)
+            return EXIT_FAILED
         fatal = group.subgroup((ZkBrokerFatalError, ZkConnectionError))
         if fatal is None:
             raise
         print(f"error: {_first_leaf(fatal)}", file=sys.stderr)
+        return EXIT_FAILED
+    except ListenerBindError as exc:
+        print(f"error: {refusal_message(exc)}", file=sys.stderr)
         return EXIT_FAILED
     except (ZkBrokerFatalError, ZkConnectionError) as exc:
         print(f"error: {exc}", file=sys.stderr)

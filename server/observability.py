@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 class Event(StrEnum):
     SERVER_STARTED = "server.started"
+    SERVER_STOPPING = "server.stopping"
     SERVER_STOPPED = "server.stopped"
     CONNECTION_OPENED = "net.connection_opened"
     CONNECTION_CLOSED = "net.connection_closed"
@@ -45,6 +46,7 @@ class Event(StrEnum):
     SCRAM_CREDENTIALS_ALTERED = "security.scram_credentials_altered"
     CONNECTION_REFUSED = "net.connection_refused"
     LISTENER_STARTED = "net.listener_started"
+    LISTENER_BIND_FAILED = "net.listener_bind_failed"
     PEER_AUTHENTICATION_FAILED = "security.peer_authentication_failed"
     REQUEST_RECEIVE_TIMEOUT = "net.request_receive_timeout"
     REQUEST_MEMORY_EXHAUSTED = "net.request_memory_exhausted"

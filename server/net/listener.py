@@ -64,6 +64,19 @@ class CloseConnection(Exception):
     """Raised by the dispatcher: stop serving this connection (already logged)."""
 
 
+class ListenerBindError(OSError):
+    """A listener could not bind its address (in use, not local, not permitted): the node
+    cannot serve. One line for the operator, naming the address; `errno` is the cause's."""
+
+    def __init__(self, listener: str, host: str, port: int, cause: OSError) -> None:
+        reason = (cause.strerror or str(cause)).lower()
+        super().__init__(cause.errno, reason)
+        self.listener, self.host, self.port, self.reason = listener, host, port, reason
+
+    def __str__(self) -> str:
+        return f"cannot listen on {self.host}:{self.port} (listener {self.listener}): {self.reason}"
+
+
 class PendingResponse:
     """A response that a task is still producing; the writer waits on it in order."""
 
@@ -553,7 +566,13 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
     if limits is None:
         limits = NetLimits.from_config(config, CollectorRegistry())
     handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        # Start-up cannot go on without the port: say which address, once, without a traceback.
+        error = ListenerBindError(listener.name, host, port, exc)
+        log.error(Event.LISTENER_BIND_FAILED, listener=listener.name, host=host, port=port, error=error.reason)
+        raise error from exc
     ids = itertools.count(1)
     metrics = dispatcher.metrics
 
