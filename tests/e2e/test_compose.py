@@ -1,30 +1,34 @@
-"""docker-compose.yml and deploy/*.properties: the local topology, checked without a Docker engine.
+"""The compose files and their properties, checked without a Docker engine.
 
-Owns: the checks that the compose file describes 3 controllers and 3 broker
-agents, that every `kraftwerk ...` command line in it (commands and health
-checks) is one our CLI accepts, that every mounted properties file exists and
-loads, and that all nodes agree on one voter set; and the same for
-deploy/docker-compose.migration.yml, that topology as a KIP-866 migration
-(ZooKeeper, ZooKeeper-mode brokers, controllers with the switch, the brokers' KRaft
-mode under a profile).
+Owns: the checks that docker-compose.yml, with either network file
+(docker-compose.override.yml: a bridge, ports published; deploy/docker-compose.host.yml:
+host networking), describes 3 controllers and 3 broker agents; that every
+`kraftwerk ...` command line in it (commands and health checks) is one our CLI accepts;
+that every mounted properties file exists, loads and is for the node's role; that all
+nodes agree on one voter set and advertise addresses their peers and the host's clients
+reach; that each health check asks its own node; and the same for
+deploy/docker-compose.migration.yml, that topology as a KIP-866 migration (ZooKeeper,
+ZooKeeper-mode brokers, controllers with the switch, the brokers' KRaft mode under a
+profile). tests/compose/ runs the files on a real engine.
 
 Rules kept here:
-- `docker-compose config` is the authority on the file's syntax; where it is not
-  installed that one test is skipped (with the reason) and the rest still run.
-- The file is read with PyYAML when it is importable, else with the small reader
-  below, which knows only the YAML this file uses and raises on anything else
-  (so a new construct fails loudly instead of being misread).
+- `docker-compose config` is the authority: each variant is checked as compose resolves
+  it (anchors merged, the network file over docker-compose.yml, paths made absolute).
+  Without docker-compose these tests skip, saying so (CI=true fails them).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cli.main import build_parser
 from cli.zk_broker import build_config
@@ -39,231 +43,51 @@ COMPOSE_TIMEOUT_S = 60.0
 
 CONTROLLER_IDS = (1, 2, 3)
 BROKER_IDS = (101, 102, 103)
-CONTROLLER_PORT = 9093
-BROKER_PORT = 9092
+# Where the host reaches each node, in both variants (bridge: published as these).
+CONTROLLER_HOST_PORTS = {1: 9093, 2: 9094, 3: 9095}
+BROKER_HOST_PORTS = {101: 9092, 102: 9192, 103: 9292}
+# Inside a bridge network every controller listens on Kafka's usual port.
+BRIDGE_CONTROLLER_PORT = 9093
+BRIDGE_INTERNAL_BROKER_PORT = 19092
+# The tests' local clusters take 20000-32767: fixed compose ports stay below.
+LOCAL_CLUSTER_PORTS_LOW = 20_000
+VARIANTS = {
+    "bridge": (COMPOSE_FILE, REPO / "docker-compose.override.yml"),
+    "host": (COMPOSE_FILE, DEPLOY / "docker-compose.host.yml"),
+}
 
 
 # --------------------------------------------------------------------------
-# a reader for the YAML subset docker-compose.yml uses
+# what a compose file says
 # --------------------------------------------------------------------------
 
-class YamlSubsetError(ValueError):
-    """The file uses YAML this reader does not know; teach it, or install PyYAML."""
+def _compose_command() -> list[str] | None:
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=COMPOSE_TIMEOUT_S)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    return None
 
 
-def _strip_comment(text: str) -> str:
-    quote = None
-    for index, char in enumerate(text):
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == "#" and (index == 0 or text[index - 1] in " \t"):
-            return text[:index].rstrip()
-    return text.rstrip()
+def compose_config(*files: Path, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    command = _compose_command()
+    if command is None:
+        pytest.skip("neither docker-compose nor `docker compose` is on PATH (apt-get install docker-compose)")
+    argv = [*command]
+    for path in files:
+        argv += ["-f", str(path)]
+    return subprocess.run([*argv, "config", *extra], cwd=REPO, capture_output=True, text=True,
+                          timeout=COMPOSE_TIMEOUT_S)
 
 
-def _split_flow(text: str, line_no: int) -> list[str]:
-    """The items of a one-line flow sequence `[a, "b", 'c']` (no nesting)."""
-    inner = text[1:-1]
-    items, current, quote = [], "", None
-    for char in inner:
-        if quote:
-            current += char
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-            current += char
-        elif char == ",":
-            items.append(current.strip())
-            current = ""
-        elif char in "[]{}":
-            raise YamlSubsetError(f"line {line_no}: nested flow collections are not supported")
-        else:
-            current += char
-    if quote:
-        raise YamlSubsetError(f"line {line_no}: unterminated quote in {text!r}")
-    if current.strip():
-        items.append(current.strip())
-    return items
+def resolved(*files: Path) -> dict:
+    """The compose model of `files` as docker-compose resolves it."""
+    result = compose_config(*files)
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
 
-
-def _scalar(text: str, line_no: int):
-    if text[:1] == '"':
-        if len(text) < 2 or text[-1] != '"' or "\\" in text:
-            raise YamlSubsetError(f"line {line_no}: unsupported double-quoted scalar {text!r}")
-        return text[1:-1]
-    if text[:1] == "'":
-        if len(text) < 2 or text[-1] != "'":
-            raise YamlSubsetError(f"line {line_no}: unsupported single-quoted scalar {text!r}")
-        return text[1:-1].replace("''", "'")
-    if text[:1] in "{|>!%@`&*":
-        raise YamlSubsetError(f"line {line_no}: unsupported value {text!r}")
-    # YAML 1.1 resolution, as PyYAML does, for the plain scalars a compose file has.
-    if text in ("", "~", "null", "Null", "NULL"):
-        return None
-    if text in ("true", "True", "TRUE", "yes", "Yes", "on", "On"):
-        return True
-    if text in ("false", "False", "FALSE", "no", "No", "off", "Off"):
-        return False
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return text
-
-
-def _split_key(text: str, line_no: int) -> tuple[str, str]:
-    quote = None
-    for index, char in enumerate(text):
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "\"'":
-            quote = char
-        elif char == ":" and (index + 1 == len(text) or text[index + 1] == " "):
-            key = text[:index].strip()
-            if key[:1] in "\"'":
-                key = _scalar(key, line_no)
-            return key, text[index + 1 :].strip()
-    raise YamlSubsetError(f"line {line_no}: expected `key: value`, got {text!r}")
-
-
-class _Reader:
-    def __init__(self, text: str) -> None:
-        # (line number, indent, content) of every line that carries content.
-        self.lines: list[tuple[int, int, str]] = []
-        self.anchors: dict[str, object] = {}
-        for line_no, raw in enumerate(text.splitlines(), start=1):
-            if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-                raise YamlSubsetError(f"line {line_no}: tabs in indentation")
-            content = _strip_comment(raw)
-            if content.strip():
-                self.lines.append((line_no, len(content) - len(content.lstrip()), content.strip()))
-        # Block scalars keep their raw lines (a `#` inside them is text, not a comment).
-        self.raw = text.splitlines()
-
-    def document(self):
-        if not self.lines:
-            return None
-        value, index = self.block(0, self.lines[0][1])
-        if index != len(self.lines):
-            line_no = self.lines[index][0]
-            raise YamlSubsetError(f"line {line_no}: unexpected indentation")
-        return value
-
-    def block(self, index: int, indent: int):
-        if self.lines[index][2] == "-" or self.lines[index][2].startswith("- "):
-            return self.sequence(index, indent)
-        return self.mapping(index, indent)
-
-    def mapping(self, index: int, indent: int):
-        result: dict = {}
-        merged: dict = {}
-        while index < len(self.lines):
-            line_no, line_indent, content = self.lines[index]
-            if line_indent < indent:
-                break
-            if line_indent > indent or content.startswith("- "):
-                raise YamlSubsetError(f"line {line_no}: unexpected indentation or sequence item")
-            key, rest = _split_key(content, line_no)
-            value, index = self.value(rest, index, indent, line_no)
-            if key == "<<":
-                if not isinstance(value, dict):
-                    raise YamlSubsetError(f"line {line_no}: `<<` merges a mapping alias only")
-                merged.update(value)
-            elif key in result:
-                raise YamlSubsetError(f"line {line_no}: duplicate key {key!r}")
-            else:
-                result[key] = value
-        # Merge keys never override keys written in the mapping itself.
-        return {**merged, **result}, index
-
-    def sequence(self, index: int, indent: int):
-        result: list = []
-        while index < len(self.lines):
-            line_no, line_indent, content = self.lines[index]
-            if line_indent < indent:
-                break
-            if line_indent > indent or not (content == "-" or content.startswith("- ")):
-                raise YamlSubsetError(f"line {line_no}: unexpected indentation in a sequence")
-            rest = content[1:].strip()
-            if rest and rest[0] not in "\"'[>|*&" and _looks_like_key(rest):
-                raise YamlSubsetError(f"line {line_no}: mappings inside sequences are not supported")
-            value, index = self.value(rest, index, indent, line_no)
-            result.append(value)
-        return result, index
-
-    def value(self, rest: str, index: int, indent: int, line_no: int):
-        """The value that follows `key:` or `-` on line `index`; returns it and the next line index."""
-        anchor = None
-        if rest.startswith("&"):
-            anchor, _, rest = rest.partition(" ")
-            anchor = anchor[1:]
-            rest = rest.strip()
-        if rest.startswith("*"):
-            name = rest[1:]
-            if name not in self.anchors:
-                raise YamlSubsetError(f"line {line_no}: unknown alias *{name}")
-            value, index = self.anchors[name], index + 1
-        elif rest in (">", ">-", "|", "|-"):
-            value, index = self.block_scalar(rest, index, indent)
-        elif rest.startswith("["):
-            if not rest.endswith("]"):
-                raise YamlSubsetError(f"line {line_no}: multi-line flow sequences are not supported")
-            value = [_scalar(item, line_no) for item in _split_flow(rest, line_no)]
-            index += 1
-        elif rest:
-            value, index = _scalar(rest, line_no), index + 1
-        elif index + 1 < len(self.lines) and self.lines[index + 1][1] > indent:
-            value, index = self.block(index + 1, self.lines[index + 1][1])
-        else:
-            value, index = None, index + 1
-        if anchor is not None:
-            self.anchors[anchor] = value
-        return value, index
-
-    def block_scalar(self, style: str, index: int, indent: int):
-        line_no = self.lines[index][0]
-        parts: list[str] = []
-        index += 1
-        while index < len(self.lines) and self.lines[index][1] > indent:
-            raw = self.raw[self.lines[index][0] - 1]
-            parts.append(raw.strip())
-            index += 1
-        if not parts:
-            raise YamlSubsetError(f"line {line_no}: empty block scalar")
-        # Blank or comment-only lines inside would be text (or line breaks) there; not handled.
-        if self.lines[index - 1][0] - line_no != len(parts):
-            raise YamlSubsetError(f"line {line_no}: blank or comment lines inside a block scalar")
-        text = (" " if style.startswith(">") else "\n").join(parts)
-        return (text if style.endswith("-") else text + "\n"), index
-
-
-def _looks_like_key(text: str) -> bool:
-    try:
-        _split_key(text, 0)
-    except YamlSubsetError:
-        return False
-    return True
-
-
-def read_yaml_subset(text: str):
-    return _Reader(text).document()
-
-
-def load_compose() -> dict:
-    text = COMPOSE_FILE.read_text()
-    try:
-        import yaml
-    except ImportError:
-        return read_yaml_subset(text)
-    return yaml.safe_load(text)
-
-
-# --------------------------------------------------------------------------
-# what the compose file says
-# --------------------------------------------------------------------------
 
 def _interpolate(text: str) -> str:
     # Compose turns `$$` into a literal `$` before the shell sees the command.
@@ -316,126 +140,12 @@ def mounts(service: dict) -> dict[str, str]:
     return result
 
 
-def config_file(service: dict, container_path: str) -> Path:
-    source = mounts(service).get(container_path)
-    assert source is not None, f"{container_path} is not mounted into the service"
-    assert source.startswith("./deploy/"), f"{container_path} comes from {source}, not deploy/"
-    return REPO / source
-
-
 def role_of(service: dict) -> str:
     """`controller` or `broker`: the kraftwerk process the service's command runs."""
     roles = {argv[1] for line in command_lines(service) for argv in kraftwerk_invocations(line)
              if argv[1] in ("controller", "broker")}
     assert len(roles) == 1, f"a service runs exactly one kraftwerk process, found {roles or 'none'}"
     return roles.pop()
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    return load_compose()
-
-
-@pytest.fixture(scope="module")
-def services(compose) -> dict[str, dict]:
-    return compose["services"]
-
-
-def services_by_role(services: dict[str, dict], role: str) -> dict[str, dict]:
-    return {name: service for name, service in services.items() if role_of(service) == role}
-
-
-# --------------------------------------------------------------------------
-# the tests
-# --------------------------------------------------------------------------
-
-def _compose_command() -> list[str] | None:
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=COMPOSE_TIMEOUT_S)
-        if probe.returncode == 0:
-            return ["docker", "compose"]
-    return None
-
-
-def test_docker_compose_accepts_the_file():
-    command = _compose_command()
-    if command is None:
-        pytest.skip("neither docker-compose nor `docker compose` is on PATH (apt-get install docker-compose)")
-    result = subprocess.run([*command, "-f", str(COMPOSE_FILE), "config"], cwd=REPO, capture_output=True,
-                            text=True, timeout=COMPOSE_TIMEOUT_S)
-    assert result.returncode == 0, result.stderr
-    listed = subprocess.run([*command, "-f", str(COMPOSE_FILE), "config", "--services"], cwd=REPO,
-                            capture_output=True, text=True, timeout=COMPOSE_TIMEOUT_S)
-    assert listed.returncode == 0, listed.stderr
-    expected = {f"controller-{n}" for n in CONTROLLER_IDS} | {f"broker-{n}" for n in BROKER_IDS}
-    assert set(listed.stdout.split()) == expected
-
-
-def test_the_subset_reader_agrees_with_pyyaml():
-    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed; nothing to compare the reader with")
-    assert read_yaml_subset(COMPOSE_FILE.read_text()) == yaml.safe_load(COMPOSE_FILE.read_text())
-
-
-def test_the_subset_reader_refuses_what_it_does_not_know():
-    with pytest.raises(YamlSubsetError):
-        read_yaml_subset("a:\n  - b: c\n")  # a mapping inside a sequence
-    with pytest.raises(YamlSubsetError):
-        read_yaml_subset("a: {b: c}\n")  # a flow mapping
-    with pytest.raises(YamlSubsetError):
-        read_yaml_subset("a: *missing\n")
-
-
-def test_the_subset_reader_reads_anchors_merges_and_folded_commands():
-    text = (
-        "x: &base\n"
-        "  image: kraftwerk  # a comment\n"
-        "  ports: [\"9093:9093\", '1']\n"
-        "s:\n"
-        "  one:\n"
-        "    <<: *base\n"
-        "    image: other\n"
-        "    command:\n"
-        "      - >-\n"
-        "        kraftwerk a --x \"#1\" &&\n"
-        "        exec kraftwerk b\n"
-        "v:\n"
-        "  data:\n"
-    )
-    assert read_yaml_subset(text) == {
-        "x": {"image": "kraftwerk", "ports": ["9093:9093", "1"]},
-        "s": {"one": {"image": "other", "ports": ["9093:9093", "1"],
-                      "command": ['kraftwerk a --x "#1" && exec kraftwerk b']}},
-        "v": {"data": None},
-    }
-
-
-def test_the_topology_is_three_controllers_and_three_brokers(compose, services):
-    controllers = services_by_role(services, "controller")
-    brokers = services_by_role(services, "broker")
-    assert sorted(controllers) == [f"controller-{n}" for n in CONTROLLER_IDS]
-    assert sorted(brokers) == [f"broker-{n}" for n in BROKER_IDS]
-    assert len(services) == len(controllers) + len(brokers)
-
-    for name, service in services.items():
-        # Peers and clients reach a node by the name it advertises: its hostname.
-        assert service["hostname"] == name
-        data = mounts(service).get("/var/lib/kraftwerk")
-        assert data == f"{name}-data", f"{name} must keep its metadata in its own volume"
-        assert data in compose["volumes"]
-        assert service["environment"]["KRAFTWERK_CLUSTER_ID"] == services["controller-1"]["environment"][
-            "KRAFTWERK_CLUSTER_ID"], "every node of one cluster shares its cluster id"
-
-    for name, broker in brokers.items():
-        depends = broker["depends_on"]
-        assert set(depends) == set(controllers), f"{name} waits for every controller"
-        assert all(depends[c]["condition"] == "service_healthy" for c in controllers)
-
-    host_ports = [str(port).split(":")[0] for service in services.values() for port in service["ports"]]
-    assert len(host_ports) == len(set(host_ports)) == len(services), "one distinct host port per node"
-    assert {str(p).split(":")[1] for b in brokers.values() for p in b["ports"]} == {str(BROKER_PORT)}
-    assert {str(p).split(":")[1] for c in controllers.values() for p in c["ports"]} == {str(CONTROLLER_PORT)}
 
 
 def strict_parser():
@@ -452,7 +162,92 @@ def strict_parser():
     return parser
 
 
-def test_every_kraftwerk_command_line_is_one_the_cli_accepts(services):
+def container_config_path(service: dict) -> str:
+    return f"/etc/kraftwerk/{role_of(service)}.properties"
+
+
+def _published(entry) -> tuple[int, int]:
+    """(host port, container port) of one `ports:` entry as `config` prints it."""
+    if isinstance(entry, dict):
+        return int(entry["published"]), int(entry["target"])
+    host, container = str(entry).split("/")[0].split(":")[-2:]
+    return int(host), int(container)
+
+
+# --------------------------------------------------------------------------
+# docker-compose.yml with each network file
+# --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=sorted(VARIANTS))
+def variant(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def compose(variant) -> dict:
+    return resolved(*VARIANTS[variant])
+
+
+@pytest.fixture(scope="module")
+def services(compose) -> dict[str, dict]:
+    return compose["services"]
+
+
+def services_by_role(services: dict[str, dict], role: str) -> dict[str, dict]:
+    return {name: service for name, service in services.items() if role_of(service) == role}
+
+
+def node_config(variant: str, service: dict):
+    """The node's properties: the file mounted at its config path, from deploy/<variant>/."""
+    source = Path(mounts(service)[container_config_path(service)])
+    assert source.parent == DEPLOY / variant, f"{source} is not one of deploy/{variant}/"
+    return load_config(source)
+
+
+def test_docker_compose_alone_and_with_each_network_file_names_the_same_six_services():
+    expected = {f"controller-{n}" for n in CONTROLLER_IDS} | {f"broker-{n}" for n in BROKER_IDS}
+    for files in [(COMPOSE_FILE,), *VARIANTS.values()]:
+        listed = compose_config(*files, extra=("--services",))
+        assert listed.returncode == 0, listed.stderr
+        assert set(listed.stdout.split()) == expected, files
+
+
+def test_the_topology_is_three_controllers_and_three_brokers(variant, compose, services):
+    controllers = services_by_role(services, "controller")
+    brokers = services_by_role(services, "broker")
+    assert sorted(controllers) == [f"controller-{n}" for n in CONTROLLER_IDS]
+    assert sorted(brokers) == [f"broker-{n}" for n in BROKER_IDS]
+    assert len(services) == len(controllers) + len(brokers)
+    for name, service in services.items():
+        data = mounts(service).get("/var/lib/kraftwerk")
+        assert data == f"{name}-data", f"{name} must keep its metadata in its own volume"
+        assert data in compose["volumes"]
+        assert service["environment"]["KRAFTWERK_CLUSTER_ID"] == services["controller-1"]["environment"][
+            "KRAFTWERK_CLUSTER_ID"], "every node of one cluster shares its cluster id"
+        assert service["image"] == "kraftwerk:0.1.0"
+        assert service["build"]["network"] == "host", "a RUN step on an engine without a bridge needs the host's"
+    for name, broker in brokers.items():
+        depends = broker["depends_on"]
+        assert set(depends) == set(controllers), f"{name} waits for every controller"
+        assert all(depends[c]["condition"] == "service_healthy" for c in controllers)
+
+    if variant == "host":
+        for name, service in services.items():
+            assert service.get("network_mode") == "host", name
+            assert not service.get("ports"), f"{name}: compose refuses ports with host networking"
+        return
+    published = {name: [_published(entry) for entry in service["ports"]] for name, service in services.items()}
+    for node_id, port in CONTROLLER_HOST_PORTS.items():
+        assert published[f"controller-{node_id}"] == [(port, BRIDGE_CONTROLLER_PORT)]
+    for node_id, port in BROKER_HOST_PORTS.items():
+        # Published as itself: the address the broker advertises to the host's clients.
+        assert published[f"broker-{node_id}"] == [(port, port)]
+    for name, service in services.items():
+        # Peers reach a node by the name it advertises inside the network: its hostname.
+        assert service["hostname"] == name
+
+
+def test_every_kraftwerk_command_line_is_one_the_cli_accepts(variant, services):
     parser = strict_parser()
     checked = 0
     for name, service in services.items():
@@ -468,64 +263,81 @@ def test_every_kraftwerk_command_line_is_one_the_cli_accepts(services):
                 pytest.fail(f"{name}: `{shlex.join(argv)}` is not a valid kraftwerk command line (exit {exc.code})")
             checked += 1
             if getattr(args, "config", None):
-                # The file the command names is mounted from deploy/ and is for this role.
-                config = load_config(config_file(service, args.config))
+                assert args.config == container_config_path(service)
+                config = node_config(variant, service)
                 assert config.process_roles == (role_of(service),), f"{name}: {args.config} has the wrong role"
     # 3 controllers and 3 brokers, each: format, run, health check.
     assert checked == 3 * len(services) == 18
 
 
-def test_health_checks_ask_the_nodes_own_listener(services):
+def test_health_checks_ask_the_nodes_own_listener(variant, services):
     for name, service in services.items():
         args = strict_parser().parse_args(healthcheck_invocation(service)[1:])
-        config_path = "/etc/kraftwerk/controller.properties" if role_of(service) == "controller" \
-            else "/etc/kraftwerk/broker.properties"
-        config = load_config(config_file(service, config_path))
-        if config.is_broker:
-            address = args.bootstrap_server
-        else:
-            address = args.bootstrap_controller
-        assert address == f"127.0.0.1:{config.listener.port}", name
+        config = node_config(variant, service)
+        address = args.bootstrap_server if config.is_broker else args.bootstrap_controller
+        host, port = address.rsplit(":", 1)
+        assert host == "127.0.0.1", name
+        own_ports = {listener.port for listener in config.listeners} or {config.listener.port}
+        assert int(port) in own_ports, f"{name} checks {address}, not one of its own listeners {own_ports}"
+        node_id = config.node_id
+        host_port = CONTROLLER_HOST_PORTS.get(node_id) or BROKER_HOST_PORTS[node_id]
+        if variant == "host" or config.is_broker:
+            # One network namespace (or the port the host's clients use): the node's own port.
+            assert int(port) == host_port, name
         assert args.timeout_s < 5, f"{name}: the CLI gives up before Docker's health-check timeout"
 
 
-def test_every_deploy_file_is_used_and_all_nodes_agree_on_the_voters(services):
-    referenced = {
-        config_file(service, target).name
-        for service in services.values()
-        for target, source in mounts(service).items()
-        if source.startswith("./deploy/")
-    }
-    on_disk = {path.name for path in DEPLOY.glob("*.properties")}
-    assert referenced == on_disk, "every deploy/ file is mounted, every mounted file exists"
-
-    controllers = [load_config(DEPLOY / f"controller-{n}.properties") for n in CONTROLLER_IDS]
-    brokers = [load_config(DEPLOY / f"broker-{n}.properties") for n in BROKER_IDS]
-    assert [c.node_id for c in controllers] == list(CONTROLLER_IDS)
-    assert [b.node_id for b in brokers] == list(BROKER_IDS)
-    ids = [config.node_id for config in controllers + brokers]
-    assert len(ids) == len(set(ids)), "a broker id must not name a controller"
+def test_every_properties_file_is_used_and_all_nodes_agree_on_the_voters(variant, services):
+    referenced = {Path(source).name for service in services.values()
+                  for target, source in mounts(service).items() if source.startswith(str(DEPLOY))}
+    assert referenced == {path.name for path in (DEPLOY / variant).glob("*.properties")}, \
+        "every deploy/<variant>/ file is mounted, every mounted file exists"
+    configs = {config.node_id: config for config in (node_config(variant, s) for s in services.values())}
+    assert sorted(configs) == sorted((*CONTROLLER_IDS, *BROKER_IDS)), "one id names one node"
+    controllers = [configs[n] for n in CONTROLLER_IDS]
+    brokers = [configs[n] for n in BROKER_IDS]
     assert all(c.process_roles == ("controller",) for c in controllers)
     assert all(b.process_roles == ("broker",) for b in brokers)
 
     (voters,) = {config.quorum_voters for config in controllers + brokers}
-    assert [(v.node_id, v.host, v.port) for v in voters] == [
-        (n, f"controller-{n}", CONTROLLER_PORT) for n in CONTROLLER_IDS]
+    if variant == "bridge":
+        expected_voters = [(n, f"controller-{n}", BRIDGE_CONTROLLER_PORT) for n in CONTROLLER_IDS]
+    else:
+        expected_voters = [(n, "127.0.0.1", port) for n, port in CONTROLLER_HOST_PORTS.items()]
+    assert [(v.node_id, v.host, v.port) for v in voters] == expected_voters
     for config in controllers + brokers:
         name = f"{'broker' if config.is_broker else 'controller'}-{config.node_id}"
-        assert (config.advertised_listener.host, config.advertised_listener.port) == (name, config.listener.port)
-        assert config.listener.host == "0.0.0.0", f"{name} binds every interface of its container"
-        assert config.listener.port == (BROKER_PORT if config.is_broker else CONTROLLER_PORT)
         # The metadata directory lies inside the node's own volume.
         assert config.metadata_log_dir == Path("/var/lib/kraftwerk") / name
-    assert {b.listener.name for b in brokers} == {"PLAINTEXT"}
-    assert {c.listener.name for c in controllers} == {"CONTROLLER"}
+        advertised = {listener.name: (listener.host, listener.port) for listener in config.advertised_listeners}
+        if variant == "host":
+            port = CONTROLLER_HOST_PORTS.get(config.node_id) or BROKER_HOST_PORTS[config.node_id]
+            assert (config.listener.host, config.listener.port) == ("127.0.0.1", port), name
+            assert set(advertised.values()) == {("127.0.0.1", port)}, name
+            assert port < LOCAL_CLUSTER_PORTS_LOW
+        elif config.is_broker:
+            host_port = BROKER_HOST_PORTS[config.node_id]
+            assert advertised == {"INTERNAL": (name, BRIDGE_INTERNAL_BROKER_PORT),
+                                  "EXTERNAL": ("localhost", host_port)}, name
+            assert {(listener.host, listener.port) for listener in config.listeners} == {
+                ("0.0.0.0", BRIDGE_INTERNAL_BROKER_PORT), ("0.0.0.0", host_port)}, name
+        else:
+            assert advertised == {"CONTROLLER": (name, BRIDGE_CONTROLLER_PORT)}, name
+            assert (config.listener.host, config.listener.port) == ("0.0.0.0", BRIDGE_CONTROLLER_PORT), name
 
 
 def test_the_cluster_id_is_a_kafka_uuid(services):
     from server.storage.meta_properties import parse_uuid_string
 
     parse_uuid_string(services["controller-1"]["environment"]["KRAFTWERK_CLUSTER_ID"])
+
+
+def test_the_image_carries_every_package_the_project_installs():
+    # `pip install .` in the image finds only what the Dockerfile copied in: a package left
+    # out installs fine and fails at the first import (cli imports pipeline).
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = set(re.findall(r"^COPY (\w+) \./\1$", (REPO / "Dockerfile").read_text(), re.MULTILINE))
+    assert {pattern.rstrip("*") for pattern in packages} == copied
 
 
 # --------------------------------------------------------------------------
@@ -535,17 +347,18 @@ def test_the_cluster_id_is_a_kafka_uuid(services):
 MIGRATION_FILE = DEPLOY / "docker-compose.migration.yml"
 ZK_BROKER_IDS = (1, 2, 3)
 MIGRATION_CONTROLLER_IDS = (3000, 3001, 3002)
-ZOOKEEPER_CONNECT = "zookeeper:2181"
+# Host networking on 127.0.0.1, one port per node, below the tests' local clusters
+# (20000+); a broker keeps its port when it moves from ZooKeeper to KRaft mode.
+ZOOKEEPER_CONNECT = "127.0.0.1:12181"
+MIGRATION_BROKER_PORTS = {1: 12092, 2: 12192, 3: 12292}
+MIGRATION_CONTROLLER_PORTS = {3000: 12093, 3001: 12094, 3002: 12095}
+# Built by scripts/compose-images; nothing is pulled from a registry.
+MIGRATION_IMAGES = {"kraftwerk:0.1.0", "kraftwerk-zookeeper:3.8"}
 
 
 @pytest.fixture(scope="module")
 def migration_services() -> dict[str, dict]:
-    text = MIGRATION_FILE.read_text()
-    try:
-        import yaml
-    except ImportError:
-        return read_yaml_subset(text)["services"]
-    return yaml.safe_load(text)["services"]
+    return yaml.safe_load(MIGRATION_FILE.read_text())["services"]
 
 
 def migration_config(service: dict, container_path: str, overrides: dict[str, str] | None = None):
@@ -573,7 +386,6 @@ def test_the_migration_topology_migrates_the_same_brokers(migration_services):
     cluster_ids = {services["zookeeper-init"]["environment"]["KRAFTWERK_CLUSTER_ID"]}
     referenced = set()
     for name, service in kraftwerk_services.items():
-        assert service["hostname"] == name
         cluster_ids.add(service["environment"]["KRAFTWERK_CLUSTER_ID"])
         referenced |= {Path(source).name for source in mounts(service).values() if source.startswith("./")}
         invocations = [argv for line in command_lines(service) for argv in kraftwerk_invocations(line)]
@@ -596,13 +408,20 @@ def test_the_migration_topology_migrates_the_same_brokers(migration_services):
         args.config = str(DEPLOY / mounts(zk_broker)[args.config])
         zk_config = build_config(args)
         assert zk_config.node_id == n and zk_config.migration_enabled
-        assert zk_config.advertised_listener.host == f"zk-broker-{n}"
+        address = ("127.0.0.1", MIGRATION_BROKER_PORTS[n])
+        assert (zk_config.listener.host, zk_config.listener.port) == address
+        assert (zk_config.advertised_listener.host, zk_config.advertised_listener.port) == address
         assert "profiles" not in zk_broker
-        # In KRaft mode: the same id on the same host port, started only with --profile kraft.
+        # In KRaft mode: the same id on the same port, started only with --profile kraft.
         kraft_config = migration_config(kraft_broker, "/etc/kraftwerk/broker.properties")
         assert kraft_config.node_id == n and kraft_config.process_roles == ("broker",)
-        assert kraft_broker["ports"] == zk_broker["ports"]
+        assert (kraft_config.listener.host, kraft_config.listener.port) == address
+        assert (kraft_config.advertised_listener.host, kraft_config.advertised_listener.port) == address
+        assert kraft_config.metadata_log_dir == Path("/var/lib/kraftwerk") / f"broker-{n}"
+        assert mounts(kraft_broker)["/var/lib/kraftwerk"] == f"broker-{n}-data"
         assert kraft_broker["profiles"] == ["kraft"]
+        # The ZooKeeper-mode brokers know the quorum too (they register with it as migrating).
+        voters.add(zk_config.quorum_voters)
         voters.add(kraft_config.quorum_voters)
     for n in MIGRATION_CONTROLLER_IDS:
         controller = services[f"controller-{n}"]
@@ -616,10 +435,15 @@ def test_the_migration_topology_migrates_the_same_brokers(migration_services):
             config = migration_config(controller, run.config, {"kafka.metadata.migration.enable": switch})
             assert config.migration_enabled is enabled
             assert config.node_id == n and config.zookeeper_connect == ZOOKEEPER_CONNECT
+        address = ("127.0.0.1", MIGRATION_CONTROLLER_PORTS[n])
+        assert (config.listener.host, config.listener.port) == address
+        assert (config.advertised_listener.host, config.advertised_listener.port) == address
+        assert config.metadata_log_dir == Path("/var/lib/kraftwerk") / f"controller-{n}"
+        assert mounts(controller)["/var/lib/kraftwerk"] == f"controller-{n}-data"
         voters.add(config.quorum_voters)
     (voters,) = voters
     assert [(v.node_id, v.host, v.port) for v in voters] == [
-        (n, f"controller-{n}", CONTROLLER_PORT) for n in MIGRATION_CONTROLLER_IDS]
+        (n, "127.0.0.1", MIGRATION_CONTROLLER_PORTS[n]) for n in MIGRATION_CONTROLLER_IDS]
 
 
 def test_the_migration_files_operator_commands_parse():
@@ -631,5 +455,108 @@ def test_the_migration_files_operator_commands_parse():
             commands.append(shlex.split(text[text.index("kraftwerk migration"):].rstrip('"')))
     assert [argv[1:3] for argv in commands] == [["migration", "status"], ["migration", "rollback"]]
     parser = strict_parser()
-    for argv in commands:
-        parser.parse_args(argv[1:])
+    status, rollback = (parser.parse_args(argv[1:]) for argv in commands)
+    # From inside a container on the host's network: the controllers' own addresses.
+    assert status.bootstrap_controller == f"127.0.0.1:{MIGRATION_CONTROLLER_PORTS[3000]}"
+    assert rollback.zookeeper == ZOOKEEPER_CONNECT
+
+
+def migration_header_commands() -> list[str]:
+    """The docker-compose command lines of the migration file's header (continuation
+    lines joined, a trailing `# comment` dropped)."""
+    commands, current = [], ""
+    for line in MIGRATION_FILE.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line[1:].strip()
+        current = f"{current} {text}" if current else text
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        if "docker-compose -f" in current:
+            commands.append(current.split("  #")[0].strip())
+        current = ""
+    return commands
+
+
+def test_the_migration_files_documented_commands_run_as_they_are(migration_services):
+    """The header's commands name this file, services it has, and --no-deps wherever one
+    service is brought up alone: a broker's move would otherwise start the stopped
+    ZooKeeper-mode broker again (its dependency through the controllers), which takes the
+    port back."""
+    commands = migration_header_commands()
+    services = set(migration_services)
+    ups = []
+    for line in commands:
+        argv = shlex.split(line)
+        while argv and "=" in argv[0]:  # KRAFTWERK_MIGRATION=false docker-compose ...
+            argv = argv[1:]
+        assert argv[:3] == ["docker-compose", "-f", "deploy/docker-compose.migration.yml"], line
+        if "up" in argv:
+            named = [arg for arg in argv[argv.index("up") + 1:] if not arg.startswith("-")]
+            assert set(named) <= services, line
+            if named:
+                assert "--no-deps" in argv, f"`{line}` brings one service up without --no-deps"
+                if any(name.startswith("broker-") for name in named):
+                    assert argv[3:5] == ["--profile", "kraft"], line
+            ups.append((argv, named))
+    # The whole cluster, a broker's move and a controller's restart (finalizing).
+    assert [named for _, named in ups] == [[], ["broker-1"], ["controller-3000"]]
+    # The images are built first, without a registry.
+    header = MIGRATION_FILE.read_text().split("\nx-", 1)[0]
+    assert "scripts/compose-images kraftwerk zookeeper" in header
+
+
+def test_the_migration_file_runs_on_host_networking_from_local_images(migration_services):
+    for name, service in migration_services.items():
+        assert service.get("network_mode") == "host", f"{name}: every node shares the host's 127.0.0.1"
+        assert "ports" not in service, f"{name}: compose refuses ports: together with host networking"
+        assert "build" not in service, f"{name}: scripts/compose-images builds the images"
+        assert service["image"] in MIGRATION_IMAGES, f"{name}: {service['image']} would be pulled"
+    for name in ("zookeeper", "zookeeper-init"):
+        assert migration_services[name]["image"] == "kraftwerk-zookeeper:3.8"
+
+
+def test_the_migration_health_checks_ask_each_nodes_own_port(migration_services):
+    parser = strict_parser()
+    seen = set()
+    for name, service in migration_services.items():
+        if name == "zookeeper-init":
+            assert "healthcheck" not in service  # it runs once and exits
+            continue
+        if name == "zookeeper":
+            probe = " ".join(service["healthcheck"]["test"])
+            assert f"/dev/tcp/{ZOOKEEPER_CONNECT.replace(':', '/')}" in probe and "srvr" in probe
+            continue
+        args = parser.parse_args(healthcheck_invocation(service)[1:])
+        node_id = int(name.rsplit("-", 1)[1])
+        if name.startswith("controller-"):
+            assert args.bootstrap_controller == f"127.0.0.1:{MIGRATION_CONTROLLER_PORTS[node_id]}", name
+        else:
+            assert args.bootstrap_server == f"127.0.0.1:{MIGRATION_BROKER_PORTS[node_id]}", name
+        assert args.timeout_s < 5, f"{name}: the CLI gives up before Docker's health-check timeout"
+        seen.add(name)
+    assert len(seen) == 9
+
+
+def test_the_migration_zookeeper_listens_where_everyone_looks(migration_services):
+    zookeeper = migration_services["zookeeper"]
+    source = mounts(zookeeper)["/etc/zookeeper/conf/zoo.cfg"]
+    settings = load_properties_file(DEPLOY / source)
+    host, _, port = ZOOKEEPER_CONNECT.partition(":")
+    assert (settings["clientPortAddress"], settings["clientPort"]) == (host, port)
+    assert {"srvr", "ruok"} <= set(settings["4lw.commands.whitelist"].split(","))
+    assert settings["admin.enableServer"] == "false", "the admin server would take port 8080 of the host"
+    assert settings["dataDir"] == "/var/lib/zookeeper" and mounts(zookeeper)["/var/lib/zookeeper"] == "zookeeper-data"
+    init = command_lines(migration_services["zookeeper-init"])[0]
+    assert init.count(f"zkCli.sh -server {ZOOKEEPER_CONNECT} ") == 3
+
+
+def load_properties_file(path: Path) -> dict[str, str]:
+    settings = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings[key.strip()] = value.strip()
+    return settings
