@@ -33,6 +33,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from cli import local_cluster as lc
+from cli.active_controller import NotServed, Refused, Unreachable, call_active_controller, connect_any
+from cli.active_controller import describe as describe_bootstrap
+from cli.active_controller import parse_bootstrap
 from cli.local_cluster import (
     BROKER_USER,
     CONTROLLER_USER,
@@ -61,7 +64,9 @@ from cli.zk_broker import add_arguments as add_zk_broker_arguments
 from cli.zk_broker import run as run_zk_broker
 from pipeline.fake_fleet import fake_fleet_command
 from protocol.apis.describe_migration import API_KEY as DESCRIBE_MIGRATION_API_KEY
-from server.client import ClientError, KafkaClient
+from protocol.errors import error_name
+from protocol.registry import api_name
+from server.client import ClientError
 from server.config import load_config, load_properties
 from server.controller.commands import SAFE_DOWNGRADE, UNSAFE_DOWNGRADE, UPGRADE, bootstrap_records
 from server.controller.features import (
@@ -417,15 +422,14 @@ def _describe_repair(plan) -> str:
 # features
 # --------------------------------------------------------------------------
 
-def _bootstrap_address(args) -> tuple[str, int]:
+def _bootstrap_addresses(args) -> list[tuple[str, int]]:
     address = args.bootstrap_server or args.bootstrap_controller
     if not address:
         raise CommandError("one of --bootstrap-server or --bootstrap-controller is required")
-    first = address.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not port.isdigit():
-        raise CommandError(f"bootstrap address {first!r} must look like host:port")
-    return host, int(port)
+    try:
+        return parse_bootstrap(address)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _mv_name(level: int) -> str:
@@ -448,69 +452,38 @@ def _client_security(args):
 
 
 async def _connect(args):
-    host, port = _bootstrap_address(args)
+    bootstrap = _bootstrap_addresses(args)
     security = _client_security(args)
     try:
         with trio.fail_after(args.timeout_s):
-            return await KafkaClient.connect(host, port, security=security, timeout_s=args.timeout_s)
+            return await connect_any(bootstrap, security, args.timeout_s)
     except (ClientError, trio.TooSlowError) as exc:
-        raise CommandError(f"could not reach {host}:{port} ({exc or 'timed out'}); is a controller "
-                           "running there? Start one with `kraftwerk controller --config FILE`") from None
+        raise CommandError(f"could not reach {describe_bootstrap(bootstrap)} ({exc or 'timed out'}); is a "
+                           "controller running there? Start one with `kraftwerk controller --config FILE`") from None
 
 
-NOT_CONTROLLER = 41
 MIGRATION_DRAIN_TIMEOUT_S = 30.0
-CONTROLLER_RETRY_BACKOFF_S = 0.2
-
-
-DESCRIBE_CLUSTER, METADATA = 60, 3
-CONTROLLER_ENDPOINT_TYPE = 2
-
-
-async def _active_controller(bootstrap: KafkaClient, controllers: bool) -> tuple[int, dict[int, tuple[str, int]]]:
-    """The active controller's id and every node's address as `bootstrap` knows them.
-    From the controllers (`controllers`) through DescribeCluster for the controllers
-    (KIP-919), which Kafka's controllers serve too (they have no Metadata); from a broker
-    through Metadata, which names the broker itself (it forwards, KIP-590)."""
-    described = bootstrap.api_versions.get(DESCRIBE_CLUSTER)
-    if controllers and described is not None and described.max_version >= 1:
-        reply = await bootstrap.call(DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
-                                                        "endpoint_type": CONTROLLER_ENDPOINT_TYPE}, min_version=1)
-        if reply.error_code != 0:
-            raise ClientError(reply.error_message or f"DescribeCluster failed with error {reply.error_code}")
-        return reply.controller_id, {b.broker_id: (b.host, b.port) for b in reply.brokers}
-    metadata = await bootstrap.call(METADATA, {"topics": [], "allow_auto_topic_creation": False})
-    return metadata.controller_id, {b.node_id: (b.host, b.port) for b in metadata.brokers}
 
 
 async def _call_active_controller(args, api_key: int, body: dict, min_version: int = 0):
-    """Sends a write to the active controller, as Kafka's admin client does: find it
-    (`_active_controller`), and on NOT_CONTROLLER (a failover) look again, until
-    --timeout-s."""
-    host, port = _bootstrap_address(args)
-    security = _client_security(args)
-    last_error = "no answer"
-    with trio.move_on_after(args.timeout_s):
-        while True:
-            try:
-                async with await KafkaClient.connect(host, port, security=security,
-                                                     timeout_s=args.timeout_s) as bootstrap:
-                    controller_id, nodes = await _active_controller(bootstrap, not args.bootstrap_server)
-                target = nodes.get(controller_id)
-                if target is not None:
-                    async with await KafkaClient.connect(*target, security=security,
-                                                         timeout_s=args.timeout_s) as controller:
-                        response = await controller.call(api_key, body, min_version=min_version)
-                    if response.error_code != NOT_CONTROLLER:
-                        return response
-                    last_error = response.error_message or "NOT_CONTROLLER"
-                else:
-                    last_error = "no active controller yet (an election may be in progress)"
-            except ClientError as exc:
-                last_error = str(exc)
-            await trio.sleep(CONTROLLER_RETRY_BACKOFF_S)
-    raise CommandError(f"could not reach the active controller within {args.timeout_s:g} s ({last_error}); "
-                       "is a majority of the controllers running?")
+    """Sends a write to the active controller, following it across a failover until
+    --timeout-s (cli/active_controller.py)."""
+    bootstrap = _bootstrap_addresses(args)
+    try:
+        return await call_active_controller(bootstrap, controllers=not args.bootstrap_server,
+                                            security=_client_security(args), timeout_s=args.timeout_s,
+                                            api_key=api_key, body=body, min_version=min_version)
+    except Unreachable as exc:
+        raise CommandError(f"could not reach the active controller within {args.timeout_s:g} s ({exc}); "
+                           "is a majority of the controllers running?") from None
+    except NotServed as exc:
+        controller = f"{exc.address[0]}:{exc.address[1]}"
+        raise CommandError(f"{describe_bootstrap(bootstrap)} names {controller} as the controller, which does "
+                           f"not serve {api_name(api_key)} (a ZooKeeper-mode broker names itself); "
+                           "ask the controllers with --bootstrap-controller") from None
+    except Refused as exc:
+        raise CommandError(f"{describe_bootstrap(bootstrap)} would not name the active controller: "
+                           f"{exc.message or error_name(exc.code)}") from None
 
 
 async def describe_features(args) -> list[str]:

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import trio
 
+from cli import active_controller as shared
 from protocol.api_keys import ApiKey
 from protocol.errors import KAFKA_ERROR_MESSAGES, ErrorCode
-from server.client import ClientError, KafkaClient
+from server.client import ClientError
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.storage.meta_properties import (
     MetaPropertiesError,
@@ -50,10 +51,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
-CONTROLLER_ENDPOINT_TYPE = 2
 BROKER_ENDPOINT_TYPE = 1
 ZERO_UUID = uuid.UUID(int=0)
-RETRY_BACKOFF_S = 0.2
 DEFAULT_TIMEOUT_S = 30.0
 
 # The Java exception class Kafka's Admin client raises for an error code
@@ -455,56 +454,27 @@ def replication_lines(quorum: Quorum, human_readable: bool, now_ms: int) -> list
 class Target:
     """Where the tool's requests go: the bootstrap address, whether it names controllers
     (--bootstrap-controller) or brokers, the client security, and the time bound."""
-    host: str
-    port: int
+    bootstrap: tuple[tuple[str, int], ...]
     controllers: bool
     security: ClientSecurity | None
     timeout_s: float
 
 
-async def _active_controller(client: KafkaClient, controllers: bool) -> tuple[str, int] | None:
-    """The active controller's address as the bootstrap node knows it: DescribeCluster for
-    the controllers (KIP-919), Metadata's controller for a broker (which forwards)."""
-    if controllers:
-        reply = await client.call(ApiKey.DESCRIBE_CLUSTER, {"include_cluster_authorized_operations": False,
-                                                            "endpoint_type": CONTROLLER_ENDPOINT_TYPE},
-                                  min_version=1)
-        if reply.error_code != 0:
-            raise ApiError.from_code(reply.error_code, reply.error_message)
-        nodes = {b.broker_id: (b.host, b.port) for b in reply.brokers}
-        return nodes.get(reply.controller_id)
-    metadata = await client.call(ApiKey.METADATA, {"topics": [], "allow_auto_topic_creation": False})
-    nodes = {b.node_id: (b.host, b.port) for b in metadata.brokers}
-    return nodes.get(metadata.controller_id)
-
-
 async def call_active_controller(target: Target, api_key: int, body: dict):
-    """One request to the active controller; again (after a short pause) on NOT_CONTROLLER
-    or while no controller is known or reachable, until target.timeout_s."""
-    last_problem = "no answer"
-    with trio.move_on_after(target.timeout_s):
-        while True:
-            try:
-                async with await KafkaClient.connect(target.host, target.port, security=target.security,
-                                                     timeout_s=target.timeout_s) as bootstrap:
-                    address = await _active_controller(bootstrap, target.controllers)
-                if address is None:
-                    last_problem = "no active controller yet (an election may be in progress)"
-                else:
-                    async with await KafkaClient.connect(*address, security=target.security,
-                                                         timeout_s=target.timeout_s) as controller:
-                        if api_key not in controller.api_versions:
-                            # Asking again cannot help: the controller does not serve this API.
-                            raise ApiError.from_code(ErrorCode.UNSUPPORTED_VERSION, None)
-                        response = await controller.call(api_key, body)
-                    if response.error_code != ErrorCode.NOT_CONTROLLER:
-                        return response
-                    last_problem = "NOT_CONTROLLER"
-            except ClientError as exc:
-                last_problem = str(exc)
-            await trio.sleep(RETRY_BACKOFF_S)
-    raise ReachError(f"could not reach the active controller within {target.timeout_s:g} s ({last_problem}); "
-                     "is a majority of the controllers running?")
+    """One request to the active controller, followed across a failover until
+    target.timeout_s (cli/active_controller.py); what cannot change by asking again
+    becomes the exception Kafka's Admin client raises."""
+    try:
+        return await shared.call_active_controller(target.bootstrap, controllers=target.controllers,
+                                                   security=target.security, timeout_s=target.timeout_s,
+                                                   api_key=api_key, body=body)
+    except shared.Unreachable as exc:
+        raise ReachError(f"could not reach the active controller within {target.timeout_s:g} s ({exc}); "
+                         "is a majority of the controllers running?") from None
+    except shared.NotServed:
+        raise ApiError.from_code(ErrorCode.UNSUPPORTED_VERSION, None) from None
+    except shared.Refused as exc:
+        raise ApiError.from_code(exc.code, exc.message) from None
 
 
 async def describe(target: Target) -> tuple[str, Quorum]:
@@ -517,28 +487,26 @@ async def describe(target: Target) -> tuple[str, Quorum]:
         return cluster, quorum_from_response(response)
     try:
         with trio.fail_after(target.timeout_s):
-            async with await KafkaClient.connect(target.host, target.port, security=target.security,
-                                                 timeout_s=target.timeout_s) as client:
+            async with await shared.connect_any(target.bootstrap, target.security, target.timeout_s) as client:
                 cluster = await client.call(ApiKey.DESCRIBE_CLUSTER, {
                     "include_cluster_authorized_operations": False, "endpoint_type": BROKER_ENDPOINT_TYPE})
                 if cluster.error_code != 0:
                     raise ApiError.from_code(cluster.error_code, cluster.error_message)
                 response = await client.call(ApiKey.DESCRIBE_QUORUM, body)
     except (ClientError, trio.TooSlowError) as exc:
-        raise ReachError(f"could not reach {target.host}:{target.port} ({exc or 'timed out'})") from None
+        raise ReachError(f"could not reach {shared.describe(target.bootstrap)} ({exc or 'timed out'})") from None
     return cluster.cluster_id, quorum_from_response(response)
 
 
 async def _describe_cluster(target: Target) -> str:
     try:
         with trio.fail_after(target.timeout_s):
-            async with await KafkaClient.connect(target.host, target.port, security=target.security,
-                                                 timeout_s=target.timeout_s) as client:
+            async with await shared.connect_any(target.bootstrap, target.security, target.timeout_s) as client:
                 reply = await client.call(ApiKey.DESCRIBE_CLUSTER, {
-                    "include_cluster_authorized_operations": False, "endpoint_type": CONTROLLER_ENDPOINT_TYPE},
+                    "include_cluster_authorized_operations": False, "endpoint_type": shared.CONTROLLER_ENDPOINT_TYPE},
                     min_version=1)
     except (ClientError, trio.TooSlowError) as exc:
-        raise ReachError(f"could not reach {target.host}:{target.port} ({exc or 'timed out'})") from None
+        raise ReachError(f"could not reach {shared.describe(target.bootstrap)} ({exc or 'timed out'})") from None
     if reply.error_code != 0:
         raise ApiError.from_code(reply.error_code, reply.error_message)
     return reply.cluster_id
@@ -553,19 +521,17 @@ def _check_write(response) -> None:
 # The command
 # --------------------------------------------------------------------------
 
-def _bootstrap(args) -> tuple[str, str, bool]:
+def _bootstrap(args) -> tuple[list[tuple[str, int]], bool]:
     server = getattr(args, "bootstrap_server", None)
     controller = getattr(args, "bootstrap_controller", None)
     if server and controller:
         raise UsageError("argument --bootstrap-controller: not allowed with argument --bootstrap-server")
     if not server and not controller:
         raise UsageError("one of the arguments --bootstrap-server --bootstrap-controller is required")
-    address = server or controller
-    first = address.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not port.isdigit():
-        raise UsageError(f"bootstrap address {first!r} must look like host:port")
-    return host.strip("[]"), port, controller is not None
+    try:
+        return shared.parse_bootstrap(server or controller), controller is not None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _command_properties(args) -> dict[str, str] | None:
@@ -582,20 +548,20 @@ def _command_properties(args) -> dict[str, str] | None:
         raise TerseError(f"Properties file {path} could not be read: {exc}") from None
 
 
-def _target(args, host: str, port: str, controllers: bool, properties: dict[str, str] | None) -> Target:
+def _target(args, bootstrap: list[tuple[str, int]], controllers: bool, properties: dict[str, str] | None) -> Target:
     try:
         security = ClientSecurity.from_properties(properties) if properties else None
     except ClientSecurityError as exc:
         raise TerseError(f"--command-config {args.command_config}: {exc}") from None
-    return Target(host, int(port), controllers, security, getattr(args, "timeout_s", None) or DEFAULT_TIMEOUT_S)
+    return Target(tuple(bootstrap), controllers, security, getattr(args, "timeout_s", None) or DEFAULT_TIMEOUT_S)
 
 
 def run(args) -> tuple[list[str], int]:
     """The lines to print on stdout and the exit status; raises TerseError, ApiError,
     ReachError or UsageError for the operator's stderr."""
-    host, port, controllers = _bootstrap(args)
+    bootstrap, controllers = _bootstrap(args)
     properties = _command_properties(args)
-    target = _target(args, host, port, controllers, properties)
+    target = _target(args, bootstrap, controllers, properties)
     command = args.quorum_command
     if command == "describe":
         if args.status and args.replication:

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from cli.main import build_parser
+from cli.probe import build_parser as build_probe_parser
 from cli.zk_broker import build_config
 from server.config import load_config
 
@@ -116,19 +117,17 @@ def kraftwerk_invocations(line: str) -> list[list[str]]:
     return found
 
 
-def healthcheck_invocation(service: dict) -> list[str] | None:
+def healthcheck_probe(service: dict) -> argparse.Namespace:
+    """The arguments of a service's healthcheck, which must be `python -m cli.probe ADDRESS
+    [--timeout-s S]` (a healthcheck that loads the whole CLI costs a core on a small host)."""
     test = (service.get("healthcheck") or {}).get("test")
-    if test is None:
-        return None
-    if isinstance(test, str):
-        argv = shlex.split(test)
-    elif test[0] == "CMD":
-        argv = [str(item) for item in test[1:]]
-    elif test[0] == "CMD-SHELL":
-        argv = shlex.split(test[1])
-    else:
-        raise AssertionError(f"unknown healthcheck test form {test!r}")
-    return argv if argv[:1] == ["kraftwerk"] else None
+    assert test is not None and test[0] == "CMD", f"unknown healthcheck test form {test!r}"
+    argv = [str(item) for item in test[1:]]
+    assert argv[:3] == ["python", "-m", "cli.probe"], f"the healthcheck {shlex.join(argv)} is not cli.probe"
+    try:
+        return build_probe_parser().parse_args(argv[3:])
+    except SystemExit as exc:  # argparse's way of refusing a command line
+        pytest.fail(f"`{shlex.join(argv)}` is not a valid probe command line (exit {exc.code})")
 
 
 def mounts(service: dict) -> dict[str, str]:
@@ -252,11 +251,11 @@ def test_every_kraftwerk_command_line_is_one_the_cli_accepts(variant, services):
     checked = 0
     for name, service in services.items():
         invocations = [argv for line in command_lines(service) for argv in kraftwerk_invocations(line)]
-        health = healthcheck_invocation(service)
-        assert health is not None, f"{name}'s health check asks kraftwerk itself"
+        healthcheck_probe(service)
+        checked += 1
         assert [argv[1:3] for argv in invocations][:1] == [["storage", "format"]], \
             f"{name} formats its metadata directory before it starts"
-        for argv in [*invocations, health]:
+        for argv in invocations:
             try:
                 args = parser.parse_args(argv[1:])
             except SystemExit as exc:  # argparse's way of refusing a command line
@@ -272,9 +271,9 @@ def test_every_kraftwerk_command_line_is_one_the_cli_accepts(variant, services):
 
 def test_health_checks_ask_the_nodes_own_listener(variant, services):
     for name, service in services.items():
-        args = strict_parser().parse_args(healthcheck_invocation(service)[1:])
+        args = healthcheck_probe(service)
         config = node_config(variant, service)
-        address = args.bootstrap_server if config.is_broker else args.bootstrap_controller
+        address = args.address
         host, port = address.rsplit(":", 1)
         assert host == "127.0.0.1", name
         own_ports = {listener.port for listener in config.listeners} or {config.listener.port}
@@ -284,7 +283,7 @@ def test_health_checks_ask_the_nodes_own_listener(variant, services):
         if variant == "host" or config.is_broker:
             # One network namespace (or the port the host's clients use): the node's own port.
             assert int(port) == host_port, name
-        assert args.timeout_s < 5, f"{name}: the CLI gives up before Docker's health-check timeout"
+        assert args.timeout_s < 5, f"{name}: the probe gives up before Docker's health-check timeout"
 
 
 def test_every_properties_file_is_used_and_all_nodes_agree_on_the_voters(variant, services):
@@ -389,7 +388,8 @@ def test_the_migration_topology_migrates_the_same_brokers(migration_services):
         cluster_ids.add(service["environment"]["KRAFTWERK_CLUSTER_ID"])
         referenced |= {Path(source).name for source in mounts(service).values() if source.startswith("./")}
         invocations = [argv for line in command_lines(service) for argv in kraftwerk_invocations(line)]
-        for argv in [*invocations, healthcheck_invocation(service)]:
+        healthcheck_probe(service)
+        for argv in invocations:
             try:
                 parser.parse_args(argv[1:])
             except SystemExit as exc:
@@ -518,7 +518,6 @@ def test_the_migration_file_runs_on_host_networking_from_local_images(migration_
 
 
 def test_the_migration_health_checks_ask_each_nodes_own_port(migration_services):
-    parser = strict_parser()
     seen = set()
     for name, service in migration_services.items():
         if name == "zookeeper-init":
@@ -528,13 +527,11 @@ def test_the_migration_health_checks_ask_each_nodes_own_port(migration_services)
             probe = " ".join(service["healthcheck"]["test"])
             assert f"/dev/tcp/{ZOOKEEPER_CONNECT.replace(':', '/')}" in probe and "srvr" in probe
             continue
-        args = parser.parse_args(healthcheck_invocation(service)[1:])
+        args = healthcheck_probe(service)
         node_id = int(name.rsplit("-", 1)[1])
-        if name.startswith("controller-"):
-            assert args.bootstrap_controller == f"127.0.0.1:{MIGRATION_CONTROLLER_PORTS[node_id]}", name
-        else:
-            assert args.bootstrap_server == f"127.0.0.1:{MIGRATION_BROKER_PORTS[node_id]}", name
-        assert args.timeout_s < 5, f"{name}: the CLI gives up before Docker's health-check timeout"
+        ports = MIGRATION_CONTROLLER_PORTS if name.startswith("controller-") else MIGRATION_BROKER_PORTS
+        assert args.address == f"127.0.0.1:{ports[node_id]}", name
+        assert args.timeout_s < 5, f"{name}: the probe gives up before Docker's health-check timeout"
         seen.add(name)
     assert len(seen) == 9
 

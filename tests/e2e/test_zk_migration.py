@@ -18,6 +18,7 @@ from server.zk import paths as zp
 from server.zk.process import zookeeper_missing
 from server.zk.seed import SeedSpec
 
+from .helpers import run_cli
 from .migration_helpers import alter, create_topic
 
 pytestmark = pytest.mark.e2e
@@ -65,6 +66,12 @@ def test_a_zookeeper_cluster_migrates_to_kraft(cluster):
     cluster.start_controllers()
     view = cluster.wait_state("MigrationActive")
     assert view.zk_brokers == (1, 2, 3) and view.failures == ()
+    # Asked through a ZooKeeper-mode broker (it names itself as the controller and has no
+    # DescribeMigration), the status command says so at once instead of retrying.
+    through_zk_broker = run_cli("migration", "status", "--bootstrap-server", cluster.address(1), "--timeout-s", "30")
+    assert through_zk_broker.returncode != 0
+    assert "does not serve DescribeMigration" in through_zk_broker.stderr, through_zk_broker.stderr
+    assert "--bootstrap-controller" in through_zk_broker.stderr
     # Kafka's later signal: each ZooKeeper broker registered with the quorum as migrating.
     cluster.wait_until("the ZooKeeper brokers' KRaft handshakes",
                        lambda: all(cluster.events(b, "zkbroker.kraft_registered") for b in (1, 2, 3)))
