@@ -24,6 +24,7 @@ import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from server.net.listener import open_listeners
 from server.observability import Event, get_logger
 
 log = get_logger("metrics")
@@ -105,7 +106,7 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int,
         finally:
             await trio.aclose_forcefully(stream)
 
-    listeners = await trio.open_tcp_listeners(port, host=host)
+    listeners = await open_listeners("metrics", host, port)
     bound = listeners[0].socket.getsockname()[1]
     log.info(Event.METRICS_SERVING, host=host, port=bound)
     task_status.started(bound)

@@ -77,6 +77,18 @@ class ListenerBindError(OSError):
         return f"cannot listen on {self.host}:{self.port} (listener {self.listener}): {self.reason}"
 
 
+async def open_listeners(name: str, host: str, port: int) -> list[trio.SocketListener]:
+    """trio's listeners on host:port; a bind failure is logged once and raised as
+    ListenerBindError (start-up cannot go on without the port: the operator gets one
+    line naming the address, not a traceback)."""
+    try:
+        return await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        error = ListenerBindError(name, host, port, exc)
+        log.error(Event.LISTENER_BIND_FAILED, listener=name, host=host, port=port, error=error.reason)
+        raise error from exc
+
+
 class PendingResponse:
     """A response that a task is still producing; the writer waits on it in order."""
 
@@ -566,13 +578,7 @@ async def serve_listener(dispatcher: "Dispatcher", host: str, port: int, *,
     if limits is None:
         limits = NetLimits.from_config(config, CollectorRegistry())
     handshake_timeout_s = config.ssl_handshake_timeout_ms / 1000
-    try:
-        listeners = await trio.open_tcp_listeners(port, host=host)
-    except OSError as exc:
-        # Start-up cannot go on without the port: say which address, once, without a traceback.
-        error = ListenerBindError(listener.name, host, port, exc)
-        log.error(Event.LISTENER_BIND_FAILED, listener=listener.name, host=host, port=port, error=error.reason)
-        raise error from exc
+    listeners = await open_listeners(listener.name, host, port)
     ids = itertools.count(1)
     metrics = dispatcher.metrics
 

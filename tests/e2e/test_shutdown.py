@@ -129,21 +129,25 @@ def test_cluster_up_refuses_a_port_in_use_naming_it(tmp_path):
     assert not work.exists()  # refused before anything was formatted
 
 
-def test_a_controller_whose_port_is_in_use_exits_1_naming_the_address(tmp_path):
+@pytest.mark.parametrize("taken_by", ["CONTROLLER", "metrics"])
+def test_a_controller_whose_port_is_in_use_exits_1_naming_the_address(tmp_path, taken_by):
     log_dir = tmp_path / "metadata"
     format_directory(log_dir)
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        port = lc.free_port_run(1)
+        port = lc.free_port_run(2)
         taken.bind(("127.0.0.1", port))
         taken.listen()
+        # The listener on the taken port, or the listener free and the metrics endpoint on it.
+        listener_port, metrics_port = (port, port + 1) if taken_by == "CONTROLLER" else (port + 1, port)
         result = subprocess.run([sys.executable, "-m", "cli.main", "controller", "--log-dir", str(log_dir),
-                                 "--listener", f"127.0.0.1:{port}"], capture_output=True, text=True,
-                                timeout=EXIT_TIMEOUT_S, cwd=REPO, env=cli_env())
+                                 "--listener", f"127.0.0.1:{listener_port}",
+                                 "--override", f"kraftwerk.metrics.port={metrics_port}"], capture_output=True,
+                                text=True, timeout=EXIT_TIMEOUT_S, cwd=REPO, env=cli_env())
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if not line.startswith("{")]
-    assert errors == [f"Error: cannot listen on 127.0.0.1:{port} (listener CONTROLLER): address already in use; "
+    assert errors == [f"Error: cannot listen on 127.0.0.1:{port} (listener {taken_by}): address already in use; "
                       "another process listens there (is this node already running?)"], result.stderr
     # One structured line for the log pipeline, naming the same address.
     events = [line for line in result.stderr.splitlines() if '"net.listener_bind_failed"' in line]
