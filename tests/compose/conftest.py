@@ -17,28 +17,25 @@ def docker_engine():
     engine.stop()
 
 
-@pytest.fixture(scope="session")
-def kraftwerk_image(docker_engine):
+def _image(name: str, tag: str) -> str:
+    """`tag`, built by scripts/compose-images (on the layer cache) once per session."""
     try:
-        build_images("kraftwerk")
+        build_images(name)
     except ComposeUnavailable as exc:
         pytest.skip(str(exc))
-    return "kraftwerk:0.1.0"
+    return tag
+
+
+@pytest.fixture(scope="session")
+def kraftwerk_image(docker_engine):
+    return _image("kraftwerk", "kraftwerk:0.1.0")
 
 
 @pytest.fixture(scope="session")
 def zookeeper_image(docker_engine):
-    try:
-        build_images("zookeeper")
-    except ComposeUnavailable as exc:
-        pytest.skip(str(exc))
-    return "kraftwerk-zookeeper:3.8"
+    return _image("zookeeper", "kraftwerk-zookeeper:3.8")
 
 
 @pytest.fixture(scope="session")
 def kafka_image(docker_engine):
-    try:
-        build_images("kafka")
-    except ComposeUnavailable as exc:
-        pytest.skip(str(exc))
-    return "kraftwerk-kafka:4.4.0"
+    return _image("kafka", "kraftwerk-kafka:4.4.0")

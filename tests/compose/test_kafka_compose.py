@@ -39,8 +39,9 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 
+from kafka_peer import kafka_nodes
 from kafka_peer.kafka_nodes import BENIGN, Benign, api_versions, finalized_features, parse_log, problems
 from server.controller.features import LATEST_PRODUCTION, metadata_version_from_name
 
@@ -229,23 +230,9 @@ def produce(topic: str, values: list[bytes]) -> None:
 
 
 def consume_all(topic: str, expected: int, group: str) -> list[bytes]:
-    """A consumer group reads `topic` from the start until it has `expected` records
-    (bounded by WAIT_S) and commits."""
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, request_timeout_ms=CLIENT_TIMEOUT_MS + 5_000,
-                             client_id="compose-kafka-consumer")
-    try:
-        consumer.subscribe([topic])
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(values) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                values.extend(record.value for record in records)
-        assert len(values) >= expected, f"group {group} read {len(values)} of {expected} records of {topic}"
-        consumer.commit()
-        return values
-    finally:
-        consumer.close()
+    values, _ = kafka_nodes.consume_all(BOOTSTRAP, topic, expected, group, WAIT_S, CLIENT_TIMEOUT_MS + 5_000,
+                                        "compose-kafka-consumer")
+    return values
 
 
 def payloads(stem: str, count: int = RECORDS) -> list[bytes]:

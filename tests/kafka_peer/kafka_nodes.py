@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
+from kafka import KafkaConsumer, TopicPartition
 
 from server.client import ClientError, KafkaClient
 from interop.kafka_tools import REPO_ROOT, classpath_missing  # tests/ is the import root (as e2e.helpers)
@@ -446,3 +447,30 @@ def _tail(path: Path, lines: int = 30) -> str:
     if not path.exists():
         return f"({path} does not exist)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------
+# Reading a topic back as a consumer group
+# --------------------------------------------------------------------------
+
+def consume_all(bootstrap: str, topic: str, expected: int, group: str, timeout_s: float,
+                request_timeout_ms: int, client_id: str) -> tuple[list[bytes], dict[int, int]]:
+    """A consumer group (one member) reads `topic` from the beginning until it has
+    `expected` records (bounded by `timeout_s`), commits, and returns the values and the
+    committed offset per partition as the group coordinator answers it."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                             enable_auto_commit=False, request_timeout_ms=request_timeout_ms, client_id=client_id)
+    try:
+        consumer.subscribe([topic])
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(values) < expected and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        assert len(values) >= expected, f"group {group} read {len(values)} of {expected} records of {topic}"
+        consumer.commit()
+        partitions = consumer.partitions_for_topic(topic) or set()
+        committed = {p: consumer.committed(TopicPartition(topic, p)) for p in sorted(partitions)}
+        return values, committed
+    finally:
+        consumer.close()

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from cli import local_cluster as lc
 from cli.upgrade_story import LocalCluster
@@ -54,6 +54,7 @@ from server.client import ClientError, KafkaClient
 from server.controller.features import LATEST_PRODUCTION, metadata_version_from_name
 from server.storage.meta_properties import read_meta_properties, uuid_to_string
 
+from . import kafka_nodes
 from .kafka_nodes import (
     STOP_TIMEOUT_S,
     KafkaNode,
@@ -343,26 +344,8 @@ def produce(peers: Peers, topic: str, values: list[bytes], **config) -> dict[int
 
 
 def consume_all(peers: Peers, topic: str, expected: int, group: str) -> tuple[list[bytes], dict[int, int]]:
-    """A consumer group (one member) reads `topic` from the beginning until it has
-    `expected` records (bounded), commits, and returns the values and the committed
-    offset per partition as the group coordinator answers it."""
-    consumer = KafkaConsumer(bootstrap_servers=peers.bootstrap, group_id=group, auto_offset_reset="earliest",
-                             enable_auto_commit=False, request_timeout_ms=CLIENT_TIMEOUT_MS + 5_000,
-                             client_id="kafka-peer-consumer")
-    try:
-        consumer.subscribe([topic])
-        values: list[bytes] = []
-        deadline = time.monotonic() + WAIT_S
-        while len(values) < expected and time.monotonic() < deadline:
-            for records in consumer.poll(timeout_ms=500).values():
-                values.extend(r.value for r in records)
-        assert len(values) >= expected, f"group {group} read {len(values)} of {expected} records of {topic}"
-        consumer.commit()
-        partitions = consumer.partitions_for_topic(topic) or set()
-        committed = {p: consumer.committed(TopicPartition(topic, p)) for p in sorted(partitions)}
-        return values, committed
-    finally:
-        consumer.close()
+    return kafka_nodes.consume_all(peers.bootstrap, topic, expected, group, WAIT_S, CLIENT_TIMEOUT_MS + 5_000,
+                                   "kafka-peer-consumer")
 
 
 def payloads(stem: str, count: int) -> list[bytes]:
