@@ -1,8 +1,8 @@
 """docker-compose.yml with deploy/docker-compose.host.yml on a real Docker engine.
 
-The cluster a user gets from `scripts/compose-up`: 3 controllers and 3 broker agents in
-containers built by scripts/compose-images, host networking on 127.0.0.1. Checked, in
-file order on one cluster (each test leaves it healthy for the next):
+The cluster a user gets from `scripts/compose-up` (which the fixture runs): 3 controllers
+and 3 broker agents in containers built by scripts/compose-images, host networking on
+127.0.0.1. Checked, in file order on one cluster (each test leaves it healthy for the next):
 - every service becomes healthy; `kraftwerk features describe` answers through every
   broker and every controller; kafka-python, bootstrapped at one broker, is told the
   three brokers at addresses it can reach and creates a topic;
@@ -49,6 +49,7 @@ BOOTSTRAP_CONTROLLERS = ",".join(f"127.0.0.1:{port}" for port in CONTROLLERS.val
 INITIAL_MV = "3.7-IV4"  # what the compose file formats with
 UPGRADED_MV = "3.9-IV0"
 WAIT_S = 120.0
+COMPOSE_UP_TIMEOUT_S = 600.0  # may build the images first
 CLIENT_TIMEOUT_MS = 10_000
 WRITER_LIMIT = 2_000  # topic creations at most, so the writer is bounded in count too
 
@@ -59,11 +60,15 @@ def project(name: str) -> ComposeProject:
 
 @pytest.fixture(scope="module")
 def cluster(kraftwerk_image):
+    """The cluster as README's command brings it up (scripts/compose-up: engine, images,
+    up -d, every service healthy)."""
     compose = project(f"kwtest-{uuid.uuid4().hex[:6]}")
     try:
-        compose.run("up", "-d")
-        seconds = compose.wait_healthy(SERVICES)
-        print(f"compose cluster: all {len(SERVICES)} services healthy {seconds:.1f} s after up -d returned")
+        started = subprocess.run(["bash", str(REPO / "scripts" / "compose-up"), "-p", compose.name],
+                                 capture_output=True, text=True, timeout=COMPOSE_UP_TIMEOUT_S, cwd=REPO)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
+        assert "all healthy" in started.stdout
+        compose.wait_healthy(SERVICES)
         yield compose
     finally:
         compose.down()
