@@ -209,7 +209,7 @@ def stop_nodes(processes: dict[int, ControllerProcess], hurry: Callable[[], bool
     processes.clear()
     brokers = [_Stoppable.of(node.process) for node in nodes if node.spec.role == "broker"]
     controllers = [_Stoppable.of(node.process) for node in nodes if node.spec.role != "broker"]
-    controllers += [_Stoppable(pid, lambda pid=pid: _process_alive(pid)) for pid in also_controllers]
+    controllers += [_Stoppable(pid, lambda pid=pid: process_alive(pid)) for pid in also_controllers]
     try:
         for wave in (brokers, controllers):
             _stop_wave(wave, hurry)
@@ -369,7 +369,7 @@ def added_controller_pids(work: Path) -> list[int]:
             pid = int(path.read_text().strip())
         except (OSError, ValueError):
             continue
-        if _process_alive(pid):
+        if process_alive(pid):
             pids.append(pid)
     return pids
 
@@ -378,7 +378,7 @@ def stop_added_controllers(work: Path, hurry: Callable[[], bool] = lambda: False
     """Stops (SIGTERM, all at once, then SIGKILL) the controllers `cluster add-controller`
     started, and forgets them."""
     pids = added_controller_pids(work)
-    _stop_wave([_Stoppable(pid, lambda pid=pid: _process_alive(pid)) for pid in pids], hurry)
+    _stop_wave([_Stoppable(pid, lambda pid=pid: process_alive(pid)) for pid in pids], hurry)
     for path in work.glob("controller-*.pid"):
         path.unlink(missing_ok=True)
     return pids
@@ -422,7 +422,7 @@ def ephemeral_ports_low() -> int:
         return EPHEMERAL_PORTS_LOW_DEFAULT
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -441,7 +441,7 @@ def _reserved(port: int, directory: Path) -> bool:
         return False
     except (OSError, ValueError):
         return True  # unreadable: treat as taken, there are plenty of others
-    return pid > 0 and _process_alive(pid)
+    return pid > 0 and process_alive(pid)
 
 
 def _bindable(port: int) -> bool:

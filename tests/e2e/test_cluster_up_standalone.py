@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from cli.local_cluster import free_port_run, run_cli
+from cli.local_cluster import free_port_run, process_alive, run_cli
 
 from .helpers import status_node_ids
 from .test_cluster_up_secure import Up
@@ -52,14 +52,6 @@ def test_a_standalone_controller_grows_to_three_voters_and_ctrl_c_stops_them_all
         up.kill()
         for pid in added_pids:
             kill_quietly(pid)
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def kill_quietly(pid: int) -> None:

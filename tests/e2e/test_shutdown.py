@@ -37,14 +37,6 @@ def poll(what: str, condition, timeout_s: float = START_TIMEOUT_S) -> None:
         time.sleep(POLL_S)
 
 
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def processes_mentioning(text: str) -> list[str]:
     """The command lines of the running processes (zombies aside) that name `text`: every
     node of a local cluster names its directory in its arguments."""
@@ -80,7 +72,7 @@ def test_sigterm_stops_cluster_up_and_every_node_after_the_brokers_controlled_sh
         # To the process alone, as `docker stop` and systemd send it (not to its group).
         up.process.send_signal(signal.SIGTERM)
         assert up.process.wait(timeout=EXIT_TIMEOUT_S) == 0, up.out_path.read_text()
-        assert [pid for pid in pids if process_alive(pid)] == []
+        assert [pid for pid in pids if lc.process_alive(pid)] == []
         assert processes_mentioning(str(work)) == []
         for broker_id in (101, 102, 103):
             log = work / f"broker-{broker_id}.log"
