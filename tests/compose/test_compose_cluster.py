@@ -13,7 +13,8 @@ and 3 broker agents in containers built by scripts/compose-images, host networki
 - a controller and a broker restarted on a wiped volume never answer from an empty log
   as if it were current: the controller never reports its fresh bootstrap's
   metadata.version, the broker's first Metadata answer already names every topic;
-- `stop` ends every node cleanly (exit code 0 after SIGTERM) and `down`/`up` keeps the
+- a node stopped in its first moments ends at once (Docker's init passes SIGTERM on),
+  `stop` ends every node cleanly (exit code 0 after SIGTERM) and `down`/`up` keeps the
   data;
 - the same file started a second time, beside the first, fails: the node that cannot
   listen says which address is in use.
@@ -228,6 +229,21 @@ def test_a_broker_on_a_wiped_volume_answers_only_with_the_whole_image(cluster):
     first_answer = poll(lambda: topic_names(BROKERS[103]), WAIT_S, "the wiped broker answering Metadata")
     assert before <= first_answer, sorted(before - first_answer)
     cluster.wait_healthy(["broker-103"])
+
+
+def test_a_node_stopped_in_its_first_moments_is_not_left_to_the_kill(cluster):
+    # `docker stop` right after `start`: the node has no signal handler yet. As PID 1 it
+    # would ignore SIGTERM until Docker's SIGKILL (exit 137) ten seconds later; under
+    # Docker's init (`init: true`) the signal ends it at once (143), or cleanly (0) if its
+    # handlers were already in place.
+    service = "controller-2" if leader_id() != 2 else "controller-3"
+    container = cluster.container_id(service)
+    cluster.run("stop", service)
+    subprocess.run([DOCKER, "start", container], check=True, capture_output=True, timeout=60)
+    subprocess.run([DOCKER, "stop", container], check=True, capture_output=True, timeout=60)
+    assert cluster.inspect(service)["State"]["ExitCode"] in (0, 143), cluster.logs(service)[-2000:]
+    cluster.run("start", service)
+    cluster.wait_healthy([service])
 
 
 def test_stop_ends_every_node_cleanly_and_down_up_keeps_the_data(cluster):
