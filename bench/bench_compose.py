@@ -37,7 +37,8 @@ import _common as common  # noqa: E402
 import bench_broker_failover as failover  # noqa: E402
 
 from cli.upgrade_story import LocalCluster  # noqa: E402
-from compose.harness import DOCKER, HOST_FILE, REPO, ComposeProject, Engine, build_images  # noqa: E402
+from compose.harness import (  # noqa: E402
+    DOCKER, HOST_FILE, REPO, ComposeProject, Engine, build_images, image_size_bytes)
 
 CONTROLLER_PORTS = {1: 9093, 2: 9094, 3: 9095}
 BROKER_PORTS = {101: 9092, 102: 9192, 103: 9292}
@@ -125,12 +126,13 @@ def measure_local(runs: int, deadline: float, work: Path) -> dict:
 
 
 def image_sizes() -> dict[str, int]:
+    """The size of each image of IMAGES that is built (the ZooKeeper and Kafka images may not be)."""
     sizes = {}
     for tag in IMAGES:
-        out = subprocess.run([DOCKER, "image", "inspect", "--format", "{{.Size}}", tag], capture_output=True,
-                             text=True, timeout=30)
-        if out.returncode == 0:
-            sizes[tag] = int(out.stdout.strip())
+        try:
+            sizes[tag] = image_size_bytes(tag)
+        except subprocess.CalledProcessError:
+            continue
     return sizes
 
 

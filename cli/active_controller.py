@@ -63,7 +63,12 @@ async def connect_any(bootstrap: Sequence[Address], security: ClientSecurity | N
 
 
 class Unreachable(Exception):
-    """No active controller answered within the time bound; the text is the last problem seen."""
+    """No active controller answered within the time bound; the text says so, with the
+    last problem seen, in the words every command prints."""
+
+    def __init__(self, timeout_s: float, last_problem: str) -> None:
+        super().__init__(f"could not reach the active controller within {timeout_s:g} s ({last_problem}); "
+                         "is a majority of the controllers running?")
 
 
 class NotServed(Exception):
@@ -127,4 +132,4 @@ async def call_active_controller(bootstrap: Sequence[Address], *, controllers: b
             except ClientError as exc:
                 last_problem = str(exc)
             await trio.sleep(RETRY_BACKOFF_S)
-    raise Unreachable(last_problem)
+    raise Unreachable(timeout_s, last_problem)

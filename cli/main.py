@@ -474,8 +474,7 @@ async def _call_active_controller(args, api_key: int, body: dict, min_version: i
                                             security=_client_security(args), timeout_s=args.timeout_s,
                                             api_key=api_key, body=body, min_version=min_version)
     except Unreachable as exc:
-        raise CommandError(f"could not reach the active controller within {args.timeout_s:g} s ({exc}); "
-                           "is a majority of the controllers running?") from None
+        raise CommandError(str(exc)) from None
     except NotServed as exc:
         controller = f"{exc.address[0]}:{exc.address[1]}"
         raise CommandError(f"{describe_bootstrap(bootstrap)} names {controller} as the controller, which does "

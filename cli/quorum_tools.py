@@ -469,8 +469,7 @@ async def call_active_controller(target: Target, api_key: int, body: dict):
                                                    security=target.security, timeout_s=target.timeout_s,
                                                    api_key=api_key, body=body)
     except shared.Unreachable as exc:
-        raise ReachError(f"could not reach the active controller within {target.timeout_s:g} s ({exc}); "
-                         "is a majority of the controllers running?") from None
+        raise ReachError(str(exc)) from None
     except shared.NotServed:
         raise ApiError.from_code(ErrorCode.UNSUPPORTED_VERSION, None) from None
     except shared.Refused as exc:
