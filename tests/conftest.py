@@ -5,8 +5,7 @@ created only when a test asks for it; skipped where PySpark is not installed (th
 pipeline's optional extra). `controller_and_broker`: an in-process controller and broker
 agent on 127.0.0.1. `zookeeper` / `zk_hosts`: a real ZooKeeper per test.
 
-With CI=true every skip fails the run with its reason (what is missing), except the
-few in CI_ALLOWED_SKIPS that are not about a component."""
+With CI=true every skip fails the run with its reason (what is missing)."""
 
 from __future__ import annotations
 
@@ -17,11 +16,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 # With CI=true a skip is a failure: a missing client library, Java, ZooKeeper, kcat,
-# docker-compose, ... must fail the run, naming what is missing (the skip's reason),
-# instead of hiding a test. Only these skips stand in CI: they are not about a component.
-CI_ALLOWED_SKIPS = (
-    "PyYAML is not installed",  # a second YAML reader to cross-check ours, not a component
-)
+# Docker, ... must fail the run, naming what is missing (the skip's reason), instead of
+# hiding a test.
 
 
 def _in_ci() -> bool:
@@ -33,8 +29,6 @@ def _fail_skip_in_ci(report) -> None:
         return
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-    if any(allowed in reason for allowed in CI_ALLOWED_SKIPS):
-        return
     report.outcome = "failed"
     report.longrepr = f"CI=true and this would be skipped: {reason}"
 
