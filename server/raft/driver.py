@@ -605,7 +605,12 @@ class RaftDriver:
                     return
             else:
                 mark = self._commit_marks.get(epoch)
-                leading = self._core is not None and self._core.role is Role.LEADER and self._core.epoch == epoch
+                # Leadership as the driver has published it, not the core's live role: the
+                # core can end a leadership in the same step that commits an entry (a leader
+                # committing its own removal resigns at once), and a waiter woken before that
+                # step's Ready is processed must still see the commit, which the Ready's
+                # commit mark records.
+                leading = self._leader_epoch == epoch
                 if leading and self._high_watermark > offset:
                     return
                 if not leading:

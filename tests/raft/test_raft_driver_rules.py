@@ -55,6 +55,42 @@ async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(
     assert epochs[1] > epochs[0] >= 1
 
 
+
+async def test_an_entry_committed_by_a_leadership_that_ends_in_the_same_step_is_reported_committed(tmp_path):
+    """A leader committing its own removal resigns in the step that commits it (KIP-853):
+    a commit waiter that looks before the driver has processed that step must still be
+    told "committed" (the RemoveRaftVoter answer), not NOT_LEADER."""
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200)
+    log = MetadataLog.open(tmp_path)
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                            random.Random(3))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            with trio.fail_after(10):
+                while not driver.leader_ready:
+                    await driver.wait_changed()
+                base, epoch = await driver.propose([b"committed-before-resigning"])
+                await driver.wait_committed(base, epoch)
+
+                async def resign_then_wait(d: RaftDriver) -> str:
+                    # In the driver task, between the core's step and its Ready: the core
+                    # no longer leads, the driver has not published that yet.
+                    d._core.resign(d._clock_ms())
+                    assert d._core.role is Role.RESIGNED
+                    await d.wait_committed(base, epoch)
+                    return "committed"
+
+                assert await driver.call(resign_then_wait) == "committed"
+                while driver.role is not Role.RESIGNED:
+                    await driver.wait_changed()
+                # Once the resignation is processed the answer is the same (the commit mark).
+                await driver.wait_committed(base, epoch)
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+
 class SlowRecordingStore(FileQuorumStateStore):
     """A quorum-state store whose fsync is slow, recording when writes finish."""
 
