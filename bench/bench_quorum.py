@@ -46,6 +46,7 @@ Every subcommand takes --dir PATH (parent of the temporary directory: the disk m
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import socket
@@ -191,6 +192,7 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 def run_latency(args) -> int:
+    load_start = os.getloadavg()
     per_round = max(1, args.iterations // ROUNDS)
     mv_per_round = max(1, args.mv_iterations // ROUNDS)
     overrides = parse_overrides(args.override)
@@ -273,7 +275,10 @@ def run_latency(args) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    load_end = os.getloadavg()
     print(f"$ {common.command_line()}")
+    print(f"load average (1/5/15 min) at start {' '.join(f'{x:.2f}' for x in load_start)}, "
+          f"at end {' '.join(f'{x:.2f}' for x in load_end)}")
     print(f"UpdateFeatures v1 to the leader of a {VOTERS}-voter quorum (real processes, fsync on, 127.0.0.1), one "
           f"request at a time over one connection; {per_round * ROUNDS} samples per kind ({mv_per_round * ROUNDS} "
           f"metadata.version commits) in {ROUNDS} interleaved rounds after {WARMUP_PER_KIND} warm-up each; "
@@ -306,6 +311,13 @@ def run_latency(args) -> int:
     print(f"\ncommitted p50 / floor p50 = {c50 / floor50:.2f} (goal <= 3: {verdict}); committed p50 - validate "
           f"p50 = {c50 - us(samples['validate'], 0.50):,.0f} µs (what replication + durability add); bare-trio "
           f"skeleton p50 / floor p50 = {s50 / floor50:.2f}, committed p50 / skeleton p50 = {c50 / s50:.2f}.")
+    if args.json:
+        kinds = {name: {"samples": len(values), "p50_us": us(values, 0.50), "p99_us": us(values, 0.99)}
+                 for name, values in samples.items()}
+        Path(args.json).write_text(json.dumps({
+            "load_start": load_start, "load_end": load_end, "kinds": kinds, "commits_verified": commits,
+            "followers_checked": followers_checked, "floor_p50_us": floor50, "floor_p99_us": floor99,
+            "commit_p50_over_floor": c50 / floor50, "commit_p50_over_skeleton": c50 / s50}, indent=2))
     return 0
 
 
@@ -497,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     lat.add_argument("--mv-iterations", type=int, default=200, help="timed metadata.version commits")
     lat.add_argument("--profile-dir", default=None,
                      help="run the controllers under cProfile, writing DIR/controller-<id>-<n>.prof")
+    lat.add_argument("--json", default=None, help="also write the results to this file")
     thr = sub.add_parser("throughput", help="bench_group_commit.py cells against a 3-voter quorum")
     thr.add_argument("--concurrency", default="1,4,16,64")
     thr.add_argument("--modes", default="on,off")
