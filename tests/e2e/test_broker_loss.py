@@ -30,7 +30,8 @@ from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ResourceType
+from confluent_kafka.admin import ConfigResource as ConfluentConfigResource
 from confluent_kafka.admin import NewTopic as ConfluentNewTopic
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from kafka.errors import KafkaConnectionError, NodeNotReadyError
@@ -168,19 +169,51 @@ def test_kafka_python_moves_its_reads_but_not_its_controller_calls_when_its_cont
 # confluent-kafka (librdkafka)
 # --------------------------------------------------------------------------
 
+class TransportErrors:
+    """librdkafka's `error_cb`: which brokers the client has seen a connection to end or
+    be refused (`_TRANSPORT`, its broker named "host:port/<id>: ...")."""
+
+    def __init__(self) -> None:
+        self.lost: set[int] = set()
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._TRANSPORT:
+            self.lost.update(b for b in BROKERS if f"/{b}: " in error.str())
+
+    def wait_lost(self, admin: AdminClient, broker_id: int) -> None:
+        """Serves the client's callbacks (its own bounded poll) until it has noticed."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while broker_id not in self.lost:
+            assert time.monotonic() < deadline, "the client never noticed its broker died"
+            admin.poll(0.1)
+
+
 @pytest.mark.parametrize("which", ["its controller broker", "the other broker"])
 def test_confluent_kafka_moves_every_call_to_the_survivor(two_brokers, which):
+    errors = TransportErrors()
     admin = AdminClient({"bootstrap.servers": two_brokers.broker_addresses, "client.id": "kraftwerk-e2e-loss",
-                         "socket.timeout.ms": TIMEOUT_S * 1000})
+                         "socket.timeout.ms": TIMEOUT_S * 1000, "error_cb": errors})
     before = topic_name("loss-ck")
     created = admin.create_topics([ConfluentNewTopic(before, 1, 1)], request_timeout=TIMEOUT_S)
     assert created[before].result(timeout=TIMEOUT_S) is None
     metadata = admin.list_topics(timeout=TIMEOUT_S)
     assert set(metadata.brokers) == set(BROKERS)
+    # A BROKER config resource is asked of that broker: afterwards the client holds a
+    # connection to each, so it notices whichever one dies.
+    # (librdkafka takes one BROKER resource per call.)
+    for broker_id in BROKERS:
+        described = admin.describe_configs([ConfluentConfigResource(ResourceType.BROKER, str(broker_id))],
+                                           request_timeout=TIMEOUT_S)
+        assert all(future.result(timeout=TIMEOUT_S) for future in described.values())
     controller = metadata.controller_id
     assert controller in BROKERS
     victim = controller if which == "its controller broker" else next(b for b in BROKERS if b != controller)
     with killed(two_brokers, victim):
+        # As for kafka-python: the first call once the client knows. A call made before
+        # is bound to the dead broker's handle, which librdkafka retries there with its
+        # reconnect backoff (up to reconnect.backoff.max.ms, 10 s), past any timeout here,
+        # whatever the cluster does: that is a race inside the client, not the cluster.
+        errors.wait_lost(admin, victim)
         # The first call after the kill: librdkafka finds its way to the survivor itself.
         assert admin.list_topics(timeout=TIMEOUT_S).cluster_id == two_brokers.cluster_id
         description = admin.describe_cluster(request_timeout=TIMEOUT_S).result(timeout=TIMEOUT_S)
