@@ -103,6 +103,9 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
         self.migration = None
         self.metrics_port: int | None = None
+        # Set (and renewed) when a committed batch holds a FeatureLevelRecord or a
+        # RegisterControllerRecord: what a registered controller's registration depends on.
+        self._registration_news = trio.Event()
 
     @property
     def state(self):
@@ -258,10 +261,14 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         self.metrics.metadata_offset.set(state.last_applied_offset)
         if state.metadata_version is not None:
             self.metrics.finalized_metadata_version.set(state.metadata_version)
+        news = False
         for offset, item in enumerate(records, start=base_offset):
             if item.name == "FeatureLevelRecord":
+                news = True
                 log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], feature_level=item.data["feature_level"],
                          offset=offset)
+            elif item.name == "RegisterControllerRecord":
+                news = True
             elif item.name == "RegisterBrokerRecord":
                 log.info(Event.BROKER_REGISTERED, broker_id=item.data["broker_id"], broker_epoch=offset)
             elif item.name == "FenceBrokerRecord":
@@ -274,6 +281,13 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
                 log.info(Event.PARTITION_CHANGED, topic_id=str(item.data["topic_id"]),
                          partition=item.data["partition_id"], leader=item.data.get("leader"),
                          isr=item.data.get("isr"), offset=offset)
+        if news:
+            self._registration_news.set()
+            self._registration_news = trio.Event()
+
+    async def wait_registration_news(self) -> None:
+        """Until a committed batch finalizes a feature level or registers a controller."""
+        await self._registration_news.wait()
 
     # -- running ----------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

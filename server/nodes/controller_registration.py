@@ -51,10 +51,13 @@ REPLAY_WAIT_MS = 5_000
 # How long start-up waits for a lone controller's own registration before reporting
 # "started" (it is the leader: one local commit), so it is listed from the first request.
 LONE_CONTROLLER_REGISTRATION_WAIT_S = 5.0
+# A registered controller looks again at least this often: a snapshot this node loads
+# replaces its image without a committed batch to announce it.
+REGISTERED_RECHECK_S = 1.0
 
 # What the planner says to do now.
 WAIT_METADATA_VERSION = "wait_metadata_version"  # until the image changes
-REGISTERED = "registered"  # until the image changes
+REGISTERED = "registered"  # until a feature level or controller registration commits
 SEND = "send"
 BACKOFF = "backoff"  # until `until_ms` (or the image changes)
 AWAIT_REPLAY = "await_replay"  # until `until_ms` (or the image changes)
@@ -234,6 +237,11 @@ async def run_controller_registration(node, *, task_status=trio.TASK_STATUS_IGNO
                 continue
             if action.kind == REGISTERED:
                 registered.set()
+                # Only a new feature level or controller registration can change that:
+                # waking at every commit cost a task switch per commit on every controller.
+                with trio.move_on_after(REGISTERED_RECHECK_S):
+                    await node.wait_registration_news()
+                continue
             elif action.kind == WAIT_METADATA_VERSION and not waiting_logged:
                 waiting_logged = True
                 log.info(Event.CONTROLLER_SELF_REGISTRATION_WAITING, controller_id=planner.identity.controller_id,

@@ -355,8 +355,14 @@ class RaftDriver:
         self._nursery: trio.Nursery | None = None
         self._running = False
         self._changed = trio.Event()
-        # Set on changes of role, epoch or leader readiness only: what the controller's
-        # leadership task follows (waking it at every commit cost a task switch each).
+        # Set on every change except a leader's or follower's plain append and a flush
+        # report: what waiters for committed entries follow (the replay task, commit
+        # waiters). A plain append moves no high watermark, and waking them for it cost
+        # each a task switch per commit.
+        self._progress = trio.Event()
+        # Set on changes of role, epoch, leader readiness or the voter set only: what the
+        # controller's leadership task follows (waking it at every commit cost a task
+        # switch each).
         self._role_changed = trio.Event()
         self._leader_ready_seen = False
         self._leader_unreachable_seen = False
@@ -369,8 +375,10 @@ class RaftDriver:
         # epoch -> high watermark when this node's leadership of that epoch ended.
         self._commit_marks: dict[int, int] = {}
         self._leader_epoch: int | None = None
-        # A background write of the leader's staged tail is running.
+        # A background write of the leader's staged tail is running; `_flusher` waits
+        # for the event.
         self._flushing = False
+        self._flush_wanted = trio.Event()
         self.snapshot_generation = 0
         # Counters for tests, metrics and benchmarks.
         self.appends = 0
@@ -558,15 +566,18 @@ class RaftDriver:
         await self._changed.wait()
 
     async def wait_role_changed(self) -> None:
-        """Returns at the next change of role, epoch, leader or `leader_ready` (and when
-        the driver stops)."""
+        """Returns at the next change of role, epoch, leader, `leader_ready` or the voter
+        set (and when the driver stops)."""
         await self._role_changed.wait()
 
-    def _notify(self, role: bool = False) -> None:
+    def _notify(self, role: bool = False, progress: bool = True) -> None:
         if self.leader_id is not None:
             self._last_leader_id = self.leader_id
         self._changed.set()
         self._changed = trio.Event()
+        if progress or role:
+            self._progress.set()
+            self._progress = trio.Event()
         if role:
             self._role_changed.set()
             self._role_changed = trio.Event()
@@ -623,7 +634,7 @@ class RaftDriver:
             if not self._running:
                 await trio.lowlevel.checkpoint_if_cancelled()
                 raise DriverStopped("the raft driver stopped")
-            await self._changed.wait()
+            await self._progress.wait()
 
     def offer_request(self, sender_id: int, api_key: int, body: Body, answer: Callable[[Body], None]) -> None:
         """Hands an inbound KRaft RPC to the driver task without waiting (what
@@ -753,6 +764,7 @@ class RaftDriver:
                     await nursery.start(peer.run)
                 self._follow_voters(self._core)
                 nursery.start_soon(self._keep_own_entry_current)
+                nursery.start_soon(self._flusher)
                 self._running = True
                 core = self._core
                 _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=core.epoch,
@@ -897,10 +909,10 @@ class RaftDriver:
         (its listener moved) asks the leader to update it (UpdateRaftVoter), at most once per
         fetch timeout, as Kafka's voters do."""
         interval_s = self.config.fetch_timeout_ms / 1000
-        # Bounded: every round waits for a change of the driver's state or the interval.
+        # Bounded: every round waits for a change of role, leader or voter set, or the interval.
         while True:
             with trio.move_on_after(interval_s):
-                await self._changed.wait()
+                await self._role_changed.wait()
             core = self._core
             if core is None or core.role is not Role.FOLLOWER or core.kraft_version < 1 or not self.own_endpoints:
                 continue
@@ -1167,7 +1179,8 @@ class RaftDriver:
             if item.error is not None:
                 raise item.error
             core.note_flushed(self.storage.flushed_end_offset, now)
-            self._notify()
+            # A high watermark this flush moves is published by the drain that follows.
+            self._notify(progress=False)
             self._start_flush()
         elif isinstance(item, _Call):
             # Drain first: a call may do I/O on the log, never between ready() and advance().
@@ -1235,9 +1248,11 @@ class RaftDriver:
         if not is_leader and self.storage.has_staged:
             await self.storage.flush()
         changed = bool(ready.log_ops) or ready.quorum_state is not None
+        # Appends alone change nothing a reader of committed entries can see.
+        progress = ready.quorum_state is not None or not all(isinstance(op, Append) for op in ready.log_ops)
         if ready.high_watermark is not None and ready.high_watermark > self._high_watermark:
             self._high_watermark = ready.high_watermark
-            changed = True
+            changed = progress = True
             _log.debug(Event.RAFT_HIGH_WATERMARK_ADVANCED, node_id=self.config.node_id, high_watermark=ready.high_watermark)
         if ready.role_change is not None:
             change = ready.role_change
@@ -1259,16 +1274,16 @@ class RaftDriver:
                       kraft_version=core.kraft_version, is_voter=core.is_voter)
             self._follow_voters(core)
             changed = True
-        role = ready.role_change is not None or ready.quorum_state is not None
+        role = ready.role_change is not None or ready.quorum_state is not None or ready.voter_set is not None
         if self.leader_ready != self._leader_ready_seen:
             self._leader_ready_seen = not self._leader_ready_seen
             role = True
         if self.leader_unreachable != self._leader_unreachable_seen:
             # Readers waiting for a live leader (server/nodes/forwarding.py) wake on both edges.
             self._leader_unreachable_seen = not self._leader_unreachable_seen
-            changed = True
+            changed = progress = True
         if changed or role:
-            self._notify(role)
+            self._notify(role, progress)
         # 4. Answers held since before this Ready, then what the Ready sends.
         self._release_held()
         for response in ready.responses:
@@ -1284,31 +1299,43 @@ class RaftDriver:
             self._start_flush()
 
     def _start_flush(self) -> None:
-        """Starts the background write of the staged tail unless one runs (the next
-        starts when it reports back) or nothing is staged."""
+        """Wakes the flusher for the staged tail unless a write runs (the next starts
+        when it reports back) or nothing is staged."""
         if self._flushing or not self.storage.has_staged or self._nursery is None:
             return
         self._flushing = True
-        self._nursery.start_soon(self._flush_staged)
+        self._flush_wanted.set()
 
-    async def _flush_staged(self) -> None:
-        # First let the Fetch answers this Ready released leave (their writers run in
-        # the next scheduling round): handing the write to a thread costs the event
-        # loop ~100 µs that would otherwise come before them. A storage failure is
-        # reported to the driver task, which takes the log offline.
-        generation = self._generation
-        await trio.lowlevel.checkpoint()
-        error = None
-        try:
-            await self.storage.write_staged()
-        except Exception as exc:
-            if not is_storage_failure(exc):
-                raise
-            error = exc
-        try:
-            await self._send_channel.send(_Flushed(generation, error))
-        except trio.ClosedResourceError:
-            pass
+    async def _flusher(self) -> None:
+        """The leader's background writer, one task for the driver's lifetime (a task
+        per write cost a spawn and a scheduling round per commit). A storage failure is
+        reported to the driver task, which takes the log offline."""
+        # Bounded: each round waits for `_start_flush`.
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = trio.Event()
+            generation = self._generation
+            # First let the Fetch answers the same Ready released leave (their writers
+            # were woken with this task): handing the write to a thread costs the event
+            # loop ~100 µs that would otherwise come before them.
+            await trio.lowlevel.checkpoint()
+            error = None
+            try:
+                await self.storage.write_staged()
+            except Exception as exc:
+                if not is_storage_failure(exc):
+                    raise
+                error = exc
+            report = _Flushed(generation, error)
+            try:
+                self._send_channel.send_nowait(report)
+            except trio.WouldBlock:
+                try:
+                    await self._send_channel.send(report)
+                except trio.ClosedResourceError:
+                    return
+            except trio.ClosedResourceError:
+                return
 
     def _note_leadership_end(self) -> None:
         # The leader role ends in this Ready: remember how far this leadership
@@ -1504,7 +1531,7 @@ class CommittedReader:
         storage = driver.storage
         # Bounded: every round either returns or waits for a change of the driver's state.
         while True:
-            changed = driver._changed
+            changed = driver._progress
             start = storage.start_offset
             if self.position < start:
                 snapshot_id = storage.latest_snapshot_id()
