@@ -30,7 +30,7 @@ from server.api.catalog import NodeRole, served_table
 from server.config import ServerConfig, VoterAddress
 from server.controller import commands
 from server.controller.commands import ControllerConfig
-from server.controller.features import SupportedRange, unsupported_finalized_levels
+from server.controller.features import METADATA_VERSION, SupportedRange, unsupported_finalized_levels
 from server.controller.loop import ControllerLoop, NotControllerError, WritesBlockedError, wall_clock_ms
 from server.controller.replayer import Replayer
 from server.controller.state import BrokerHeartbeatTracker
@@ -103,8 +103,8 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         # KIP-866: the migration driver, when kafka.metadata.migration.enable is set.
         self.migration = None
         self.metrics_port: int | None = None
-        # Set (and renewed) when a committed batch holds a FeatureLevelRecord or a
-        # RegisterControllerRecord: what a registered controller's registration depends on.
+        # Set (and renewed) when a committed batch changes metadata.version or registers a
+        # controller: what a registered controller's registration depends on.
         self._registration_news = trio.Event()
 
     @property
@@ -264,7 +264,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
         news = False
         for offset, item in enumerate(records, start=base_offset):
             if item.name == "FeatureLevelRecord":
-                news = True
+                news = news or item.data["name"] == METADATA_VERSION
                 log.info(Event.FEATURE_FINALIZED, feature=item.data["name"], feature_level=item.data["feature_level"],
                          offset=offset)
             elif item.name == "RegisterControllerRecord":
@@ -286,7 +286,7 @@ class ControllerNode(ServingNode, ControllerServices, RaftEndpoint):
             self._registration_news = trio.Event()
 
     async def wait_registration_news(self) -> None:
-        """Until a committed batch finalizes a feature level or registers a controller."""
+        """Until a committed batch changes metadata.version or registers a controller."""
         await self._registration_news.wait()
 
     # -- running ----------------------------------------------------------------

@@ -57,7 +57,7 @@ REGISTERED_RECHECK_S = 1.0
 
 # What the planner says to do now.
 WAIT_METADATA_VERSION = "wait_metadata_version"  # until the image changes
-REGISTERED = "registered"  # until a feature level or controller registration commits
+REGISTERED = "registered"  # until metadata.version changes or a controller registers
 SEND = "send"
 BACKOFF = "backoff"  # until `until_ms` (or the image changes)
 AWAIT_REPLAY = "await_replay"  # until `until_ms` (or the image changes)
@@ -237,8 +237,8 @@ async def run_controller_registration(node, *, task_status=trio.TASK_STATUS_IGNO
                 continue
             if action.kind == REGISTERED:
                 registered.set()
-                # Only a new feature level or controller registration can change that:
-                # waking at every commit cost a task switch per commit on every controller.
+                # Only a metadata.version change or a controller registration can change
+                # that: waking at every commit cost a task switch per commit on every controller.
                 with trio.move_on_after(REGISTERED_RECHECK_S):
                     await node.wait_registration_news()
                 continue
