@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import asynccontextmanager
 
 import trio
 
@@ -18,6 +19,28 @@ from server.raft.storage import MetadataRaftLog, decode_stored
 from server.storage.log import MetadataLog
 
 CLUSTER = "rules-cluster-AAAAAAAAAA"
+LEADER_WAIT_S = 10
+
+
+@asynccontextmanager
+async def lone_leader(tmp_path, seed: int, **settings):
+    """A single-voter driver over a real log, running and ready to lead; stopped (its
+    nursery cancelled, the log closed) when the block ends."""
+    voters = frozenset({1})
+    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200, **settings)
+    log = MetadataLog.open(tmp_path)
+    try:
+        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
+                            random.Random(seed))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            with trio.fail_after(LEADER_WAIT_S):
+                while not driver.leader_ready:
+                    await driver.wait_changed()
+            yield driver
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
 
 
 async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(tmp_path):
@@ -60,36 +83,24 @@ async def test_an_entry_committed_by_a_leadership_that_ends_in_the_same_step_is_
     """A leader committing its own removal resigns in the step that commits it (KIP-853):
     a commit waiter that looks before the driver has processed that step must still be
     told "committed" (the RemoveRaftVoter answer), not NOT_LEADER."""
-    voters = frozenset({1})
-    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200)
-    log = MetadataLog.open(tmp_path)
-    try:
-        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
-                            random.Random(3))
-        async with trio.open_nursery() as nursery:
-            await nursery.start(driver.run)
-            with trio.fail_after(10):
-                while not driver.leader_ready:
-                    await driver.wait_changed()
-                base, epoch = await driver.propose([b"committed-before-resigning"])
-                await driver.wait_committed(base, epoch)
+    async with lone_leader(tmp_path, seed=3) as driver:
+        with trio.fail_after(10):
+            base, epoch = await driver.propose([b"committed-before-resigning"])
+            await driver.wait_committed(base, epoch)
 
-                async def resign_then_wait(d: RaftDriver) -> str:
-                    # In the driver task, between the core's step and its Ready: the core
-                    # no longer leads, the driver has not published that yet.
-                    d._core.resign(d._clock_ms())
-                    assert d._core.role is Role.RESIGNED
-                    await d.wait_committed(base, epoch)
-                    return "committed"
+            async def resign_then_wait(d: RaftDriver) -> str:
+                # In the driver task, between the core's step and its Ready: the core
+                # no longer leads, the driver has not published that yet.
+                d._core.resign(d._clock_ms())
+                assert d._core.role is Role.RESIGNED
+                await d.wait_committed(base, epoch)
+                return "committed"
 
-                assert await driver.call(resign_then_wait) == "committed"
-                while driver.role is not Role.RESIGNED:
-                    await driver.wait_changed()
-                # Once the resignation is processed the answer is the same (the commit mark).
-                await driver.wait_committed(base, epoch)
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+            assert await driver.call(resign_then_wait) == "committed"
+            while driver.role is not Role.RESIGNED:
+                await driver.wait_changed()
+            # Once the resignation is processed the answer is the same (the commit mark).
+            await driver.wait_committed(base, epoch)
 
 class SlowRecordingStore(FileQuorumStateStore):
     """A quorum-state store whose fsync is slow, recording when writes finish."""
@@ -174,30 +185,16 @@ async def test_a_parked_fetch_is_answered_when_the_driver_stops(tmp_path):
     """A long-poll Fetch waits inside the driver with no task behind it: stopping the
     driver answers it (BROKER_NOT_AVAILABLE), so the requester's connection is not left
     waiting for kraftwerk.request.timeout.ms."""
-    voters = frozenset({1})
-    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200,
-                        fetch_max_wait_ms=60_000)
-    log = MetadataLog.open(tmp_path)
     answers: list = []
-    try:
-        driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
-                            random.Random(4))
-        async with trio.open_nursery() as nursery:
-            await nursery.start(driver.run)
-            with trio.fail_after(10):
-                while not driver.leader_ready:
-                    await driver.wait_changed()
-            end, epoch = driver.log_end_offset, driver.epoch
-            # An observer (id 9) fetching at the log end: nothing to send, so it parks.
-            driver.offer_request(9, ApiKey.FETCH, fetch_request(CLUSTER, 9, epoch, end, epoch, 60_000, 1 << 20),
-                                 answers.append)
-            with trio.fail_after(10):
-                while 9 not in driver.describe().observers:  # the driver took it (and parked it)
-                    await trio.lowlevel.checkpoint()
-            assert answers == []
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with lone_leader(tmp_path, seed=4, fetch_max_wait_ms=60_000) as driver:
+        end, epoch = driver.log_end_offset, driver.epoch
+        # An observer (id 9) fetching at the log end: nothing to send, so it parks.
+        driver.offer_request(9, ApiKey.FETCH, fetch_request(CLUSTER, 9, epoch, end, epoch, 60_000, 1 << 20),
+                             answers.append)
+        with trio.fail_after(10):
+            while 9 not in driver.describe().observers:  # the driver took it (and parked it)
+                await trio.lowlevel.checkpoint()
+        assert answers == []
     assert [a["error_code"] for a in answers] == [ErrorCode.BROKER_NOT_AVAILABLE]
 
 
