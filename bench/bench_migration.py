@@ -44,26 +44,28 @@ ZooKeeper-mode broker agents, and a 3-voter KRaft quorum (fsync on) started with
               the controller's event loop once per committed batch it writes behind.
 
 Timing targets live here, never in tests. The machine is small and shared: absolute
-numbers are noisy, ratios measured within one run are the result; `uptime` is printed
-at the start and the end.
+numbers are noisy, ratios measured within one run are the result; `uptime` (the load
+average) is printed at the start and the end. `--json PATH` writes every result field
+(tests/benchmarks/test_bench_migration.py runs the bench at a tiny size that way).
 
 Run: .venv/bin/python bench/bench_migration.py [--sizes 1000,10000,100000]
          [--rates 50,100,200,400,800] [--duration-s 20] [--records-per-write 1]
-         [--dual-write-size N] [--quick] [--dir PATH] [--keep]
-     .venv/bin/python bench/bench_migration.py --round-cost [--sizes 1000,10000,100000]
+         [--dual-write-size N] [--quick] [--dir PATH] [--keep] [--json PATH]
+     .venv/bin/python bench/bench_migration.py --round-cost [--sizes 1000,10000,100000] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -496,7 +498,7 @@ def run_rate(cluster: MigrationCluster, port: int, topics: list[str], rate: int,
 # 3. (offline) the CPU cost of one write-behind round against metadata size
 # --------------------------------------------------------------------------
 
-def run_round_cost(sizes: list[int]) -> None:
+def run_round_cost(sizes: list[int]) -> list[dict]:
     """One write-behind round's pure work (desired_topics, desired_broker_configs,
     desired_features, plan_writes for a scope of one topic, ZkMirror.apply), timed in this
     process on an image built by replaying the copy's records: no processes, no I/O. Two
@@ -535,10 +537,13 @@ def run_round_cost(sizes: list[int]) -> None:
             return (time.perf_counter() - started) / runs
 
         whole_s, scoped_s = timed(False), timed(True)
-        rows.append([f"{partitions:,}", runs, f"{whole_s * 1000:.2f}", f"{scoped_s * 1000:.3f}",
-                     f"{whole_s / scoped_s:,.0f}"])
+        rows.append({"partitions": partitions, "rounds": runs, "whole_ms": whole_s * 1000,
+                     "scoped_ms": scoped_s * 1000})
     print(common.markdown_table(["partitions", "rounds timed", "whole image: ms per round",
-                                 "scoped (the driver now): ms per round", "whole / scoped"], rows))
+                                 "scoped (the driver now): ms per round", "whole / scoped"],
+                                [[f"{r['partitions']:,}", r["rounds"], f"{r['whole_ms']:.2f}", f"{r['scoped_ms']:.3f}",
+                                  f"{r['whole_ms'] / r['scoped_ms']:,.0f}"] for r in rows]))
+    return rows
 
 
 # --------------------------------------------------------------------------
@@ -606,12 +611,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--round-cost", action="store_true",
                         help="only time one write-behind round's pure work per size, offline (no processes)")
+    parser.add_argument("--json", default=None, help="also write every result field to this file")
     args = parser.parse_args(argv)
     if args.round_cost:
         print(f"$ {common.command_line()}")
+        load_start = os.getloadavg()
         print(f"start: {uptime()}")
-        run_round_cost([100, 1000] if args.quick else parse_list(args.sizes))
+        rows = run_round_cost([100, 1000] if args.quick else parse_list(args.sizes))
+        load_end = os.getloadavg()
         print(f"end:   {uptime()}")
+        write_json(args.json, {"command": common.command_line(), "load_start": load_start, "load_end": load_end,
+                               "round_cost": rows})
         return 0
     if args.quick:
         sizes, rates, duration_s = [100, 1000], [50, 200], 4.0
@@ -624,6 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     dual_size = args.dual_write_size or min(sizes)
     zk_fsync = not args.no_zk_fsync
     work = common.work_dir(args.dir, "bench_migration_")
+    load_avg_start = os.getloadavg()
     load_start = uptime()
     print(f"$ {common.command_line()}")
     print(f"start: {load_start}", flush=True)
@@ -671,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         not_run.append("interrupted")
     finally:
+        load_avg_end = os.getloadavg()
         load_end = uptime()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -691,7 +703,18 @@ def main(argv: list[str] | None = None) -> int:
     if not_run:
         print(f"\nnot run: {', '.join(not_run)}")
     print(f"\nstart: {load_start}\nend:   {load_end}")
+    write_json(args.json, {
+        "command": common.command_line(), "load_start": load_avg_start, "load_end": load_avg_end,
+        "zk_fsync": zk_fsync, "dual_write_size": dual_size, "duration_s": duration_s,
+        "copies": [dict(asdict(c), records_per_s=c.copy_records / c.copy_s if c.copy_s > 0 else None,
+                        wait_us_per_partition=c.max_wait_s * 1e6 / c.partitions) for c in copies],
+        "rates": [asdict(r) for r in rate_rows], "not_run": not_run})
     return 0
+
+
+def write_json(path: str | None, results: dict) -> None:
+    if path is not None:
+        Path(path).write_text(json.dumps(results, indent=2, default=str, allow_nan=True))
 
 
 if __name__ == "__main__":

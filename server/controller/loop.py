@@ -56,7 +56,7 @@ import trio
 
 from protocol.records import MetadataRecord, encode_metadata_record
 from server.controller.commands import ControllerResult
-from server.controller.replayer import Replayer
+from server.controller.replayer import Replayer, paused_gc
 # Re-exported: a node stopped by the replayer's KIP-778 check is reported as a stop
 # of its controller loop, which is where callers look for it.
 from server.controller.state import BrokerHeartbeatTracker, ControllerState
@@ -366,8 +366,9 @@ class ControllerLoop:
             result.heartbeat.apply(self.tracker)
         if result.records:
             base_offset = self._next_offset
-            for index, item in enumerate(result.records):
-                self._speculative.replay(item, base_offset + index)
+            with paused_gc(len(result.records)):
+                for index, item in enumerate(result.records):
+                    self._speculative.replay(item, base_offset + index)
             self._next_offset += len(result.records)
             self._pending.append(_Entry(result, reply, base_offset))
             self._work.set()
@@ -418,7 +419,8 @@ class ControllerLoop:
         return taken
 
     async def _commit(self, batch: list[_Entry]) -> None:
-        values = [encode_metadata_record(item) for entry in batch for item in entry.result.records]
+        with paused_gc(sum(len(entry.result.records) for entry in batch)):
+            values = [encode_metadata_record(item) for entry in batch for item in entry.result.records]
         if values:
             base_offset, epoch = await self.driver.propose(values)
             first = next(entry.base_offset for entry in batch if entry.base_offset is not None)

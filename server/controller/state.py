@@ -141,6 +141,38 @@ def _features_and_endpoints(data: Any) -> tuple[dict[str, SupportedRange], tuple
     return features, endpoints
 
 
+def _mapping_registration(data: dict, offset: int) -> "BrokerRegistration":
+    """The registration a RegisterBrokerRecord whose fields are a mapping (a decoded
+    Container or a dict built here) describes: what `_get` would read, without its
+    per-field dispatch. Every node replays every broker's registration, and a fleet
+    that re-registers (log directories at 3.7-IV2) costs N replays on each of N nodes."""
+    get = data.get
+    features = {}
+    for feature in get("features") or ():
+        fget = feature.get
+        features[fget("name")] = SupportedRange(fget("min_supported_version"), fget("max_supported_version"))
+    endpoints = []
+    for endpoint in get("end_points") or ():
+        eget = endpoint.get
+        endpoints.append(BrokerEndpoint(eget("name"), eget("host"), eget("port"), eget("security_protocol")))
+    fenced = get("fenced")
+    log_dirs = get("log_dirs")
+    return BrokerRegistration(
+        broker_id=get("broker_id"),
+        incarnation_id=get("incarnation_id"),
+        epoch=get("broker_epoch"),
+        registration_offset=offset,
+        endpoints=tuple(endpoints),
+        supported_features=MappingProxyType(features),
+        rack=get("rack"),
+        fenced=True if fenced is None else bool(fenced),
+        in_controlled_shutdown=bool(get("in_controlled_shutdown")),
+        is_migrating_zk_broker=bool(get("is_migrating_zk_broker")),
+        log_dirs=() if log_dirs is None else tuple(log_dirs),
+        cordoned_log_dirs=_uuid_tuple(get("cordoned_log_dirs")),
+    )
+
+
 def _uuid_tuple(values: Any) -> tuple[uuid.UUID, ...] | None:
     return None if values is None else tuple(values)
 
@@ -594,21 +626,24 @@ class ControllerState:
                     self._image.topics_view = None
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
-        features, endpoints = _features_and_endpoints(data)
-        registration = BrokerRegistration(
-            broker_id=_get(data, "broker_id"),
-            incarnation_id=_get(data, "incarnation_id"),
-            epoch=_get(data, "broker_epoch"),
-            registration_offset=offset,
-            endpoints=endpoints,
-            supported_features=MappingProxyType(features),
-            rack=_get(data, "rack"),
-            fenced=bool(_get(data, "fenced", True)),
-            in_controlled_shutdown=bool(_get(data, "in_controlled_shutdown", False)),
-            is_migrating_zk_broker=bool(_get(data, "is_migrating_zk_broker", False)),
-            log_dirs=tuple(_get(data, "log_dirs", ())),
-            cordoned_log_dirs=_uuid_tuple(_get(data, "cordoned_log_dirs")),
-        )
+        if isinstance(data, dict):
+            registration = _mapping_registration(data, offset)
+        else:
+            features, endpoints = _features_and_endpoints(data)
+            registration = BrokerRegistration(
+                broker_id=_get(data, "broker_id"),
+                incarnation_id=_get(data, "incarnation_id"),
+                epoch=_get(data, "broker_epoch"),
+                registration_offset=offset,
+                endpoints=endpoints,
+                supported_features=MappingProxyType(features),
+                rack=_get(data, "rack"),
+                fenced=bool(_get(data, "fenced", True)),
+                in_controlled_shutdown=bool(_get(data, "in_controlled_shutdown", False)),
+                is_migrating_zk_broker=bool(_get(data, "is_migrating_zk_broker", False)),
+                log_dirs=tuple(_get(data, "log_dirs", ())),
+                cordoned_log_dirs=_uuid_tuple(_get(data, "cordoned_log_dirs")),
+            )
         previous = self._image.brokers.get(registration.broker_id)
         if previous is not None:
             self._forget_directories(previous)
@@ -715,17 +750,38 @@ class ControllerState:
         index = _get(data, "partition_id")
         if index is None or index < 0:
             raise ReplayError(f"PartitionRecord at {offset} for {entry.name}: bad partition id {index}")
-        entry.partitions[index] = PartitionImage(
-            replicas=tuple(_get(data, "replicas", ())),
-            isr=tuple(_get(data, "isr", ())),
-            leader=_get(data, "leader", -1),
-            leader_epoch=_get(data, "leader_epoch", -1),
-            partition_epoch=_get(data, "partition_epoch", -1),
-            removing_replicas=tuple(_get(data, "removing_replicas", ())),
-            adding_replicas=tuple(_get(data, "adding_replicas", ())),
-            leader_recovery_state=_get(data, "leader_recovery_state", 0),
-            directories=tuple(_get(data, "directories", ())),
-        )
+        if isinstance(data, dict):
+            # The common case (built and decoded records are dicts), without `_get`'s
+            # per-field checks: a large image is mostly PartitionRecords.
+            get = data.get
+            replicas, isr, removing, adding, directories = (get("replicas"), get("isr"), get("removing_replicas"),
+                                                            get("adding_replicas"), get("directories"))
+            leader, leader_epoch, partition_epoch, recovery = (get("leader"), get("leader_epoch"),
+                                                               get("partition_epoch"), get("leader_recovery_state"))
+            partition = PartitionImage(
+                replicas=() if replicas is None else tuple(replicas),
+                isr=() if isr is None else tuple(isr),
+                leader=-1 if leader is None else leader,
+                leader_epoch=-1 if leader_epoch is None else leader_epoch,
+                partition_epoch=-1 if partition_epoch is None else partition_epoch,
+                removing_replicas=() if removing is None else tuple(removing),
+                adding_replicas=() if adding is None else tuple(adding),
+                leader_recovery_state=0 if recovery is None else recovery,
+                directories=() if directories is None else tuple(directories),
+            )
+        else:
+            partition = PartitionImage(
+                replicas=tuple(_get(data, "replicas", ())),
+                isr=tuple(_get(data, "isr", ())),
+                leader=_get(data, "leader", -1),
+                leader_epoch=_get(data, "leader_epoch", -1),
+                partition_epoch=_get(data, "partition_epoch", -1),
+                removing_replicas=tuple(_get(data, "removing_replicas", ())),
+                adding_replicas=tuple(_get(data, "adding_replicas", ())),
+                leader_recovery_state=_get(data, "leader_recovery_state", 0),
+                directories=tuple(_get(data, "directories", ())),
+            )
+        entry.partitions[index] = partition
         entry.view = None
         self._image.topics_view = None
 

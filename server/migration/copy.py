@@ -1,8 +1,9 @@
 """The migration's copy: a ZooKeeper-mode cluster's metadata as KRaft records (pure).
 
 Owns: `copy_records`, which turns a `ZkClusterImage` (read by server/zk/seed.py's
-`read_zookeeper`) into the records of the copy, and `copy_chunks`, which cuts them into
-controller commands of bounded size inside one metadata transaction (KIP-868):
+`read_zookeeper`) into the records of the copy, `copy_chunks`, which cuts them into
+chunks of bounded size, and `chunk_commands`, the controller commands that write those
+chunks inside one metadata transaction (KIP-868):
 
     BeginTransactionRecord(name="zk-migration")
       RegisterBrokerRecord(IsMigratingZkBroker)…  TopicRecord, PartitionRecord…
@@ -40,6 +41,7 @@ from typing import Iterator
 from protocol import metadata_records as mr
 from protocol.records import MetadataRecord, record
 from server.controller import features as ft
+from server.controller.commands import ControllerResult
 from server.controller.state import SCRAM_IN_METADATA_LEVEL
 from server.security.model import ScramMechanism
 from server.migration.state import ZkMigrationState
@@ -219,6 +221,42 @@ def copy_chunks(plan: CopyPlan, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> I
     records = list(plan.records)
     for start in range(0, len(records), chunk_records):
         yield records[start:start + chunk_records]
+
+
+def chunk_commands(plan: CopyPlan, chunk_records: int, metadata_version: int) -> list:
+    """The copy as controller commands, one per chunk of `copy_chunks`: the first opens the
+    transaction (in PRE_MIGRATION only) and registers the brokers, the last records
+    MIGRATION and ends it. Each later command checks that the records of every chunk
+    before it are in the transaction, so the commands can be queued several at once: a
+    chunk that failed makes every later one fail too, and the transaction never ends
+    without it (the next leader aborts it)."""
+    chunks = list(copy_chunks(plan, chunk_records)) or [[]]
+    # Offset of each chunk's first record, counted from the BeginTransactionRecord.
+    firsts = []
+    position = 1 + len(plan.brokers)
+    for chunk in chunks:
+        firsts.append(position)
+        position += len(chunk)
+
+    def command_for(index: int):
+        chunk, first, last, expected = chunks[index], index == 0, index == len(chunks) - 1, firsts[index]
+
+        def command(state, tracker, next_offset, now):
+            if first:
+                if state.in_transaction or ZkMigrationState(state.zk_migration_state) != ZkMigrationState.PRE_MIGRATION:
+                    raise RuntimeError("the copy must start in PRE_MIGRATION outside a transaction")
+                records = [begin_record()] + broker_records(plan, next_offset + 1, metadata_version) + chunk
+            else:
+                if not state.in_transaction:
+                    raise RuntimeError("the copy's transaction is no longer open")
+                if next_offset != state.transaction_start_offset + expected:
+                    raise RuntimeError("a chunk of the copy before this one is missing")
+                records = list(chunk)
+            if last:
+                records += [migration_state_record(ZkMigrationState.MIGRATION), end_record()]
+            return ControllerResult(records, {})
+        return command
+    return [command_for(index) for index in range(len(chunks))]
 
 
 def broker_records(plan: CopyPlan, next_offset: int, metadata_version: int) -> list[MetadataRecord]:

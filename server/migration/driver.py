@@ -39,19 +39,22 @@ Rules kept here:
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import trio
 
 from protocol.apis import migration_check, update_metadata
-from protocol.errors import ErrorCode, error_name
+from protocol.errors import DecodeError, ErrorCode, error_name
+from protocol.frames import decode_response, encode_request
 from protocol.records import decode_metadata_record
 from server.client import ClientError, KafkaClient
 from server.controller.commands import ControllerResult
 from server.controller.loop import NotControllerError
+from server.controller.state import TopicImage
 from server.migration import copy as mcopy
 from server.migration.brokers import zk_broker_records
 from server.migration.state import (
@@ -63,6 +66,7 @@ from server.migration.state import (
     kip_state,
 )
 from server.migration.zk_sync import (
+    TOPIC_RESOURCE,
     Scope,
     ZkWrite,
     desired_broker_configs,
@@ -93,12 +97,16 @@ from server.zk.seed import read_zookeeper as read_zookeeper_blocking
 
 log = get_logger("migration")
 
+# Copy commands in the controller loop at once (see `_copy`).
+COPY_WINDOW_CHUNKS = 4
 # Ops per ZooKeeper multi (ZooKeeper's default request limit is 1 MiB; our ops are small).
 MAX_OPS_PER_MULTI = 500
 PRECONDITION_RETRY_S = 2.0
 ZK_RETRY_S = 1.0
 MIGRATION_CHECK_TIMEOUT_S = 5.0
 UPDATE_METADATA_TIMEOUT_S = 5.0
+UPDATE_METADATA_VERSION = 8
+MAX_RESPONSE_BYTES = 1 << 20
 CLAIM_ATTEMPTS = 20
 CONFIG_CHANGES_PATH = "/config/changes"
 # Records after which ZooKeeper brokers get a new UpdateMetadata.
@@ -174,6 +182,27 @@ class MigrationStatus:
     zk_broker_ids: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class _TopicsView:
+    """The topics of the image and their configs as values (what `desired_topics`
+    reads), taken on the event loop so a worker thread can read them while the
+    replayer goes on changing the image."""
+
+    topic_images: Mapping[str, TopicImage]
+    topic_configs: dict[str, Mapping[str, str]]
+
+    @classmethod
+    def of(cls, state) -> "_TopicsView":
+        topics = state.topics()  # immutable: later replays do not change it
+        return cls(topics, {name: state.configs(TOPIC_RESOURCE, name) for name in topics})
+
+    def topics(self) -> Mapping[str, TopicImage]:
+        return self.topic_images
+
+    def configs(self, resource_type: int, name: str) -> Mapping[str, str]:
+        return self.topic_configs.get(name, {}) if resource_type == TOPIC_RESOURCE else {}
+
+
 def _to_op(write: ZkWrite):
     if write.kind == "create":
         return Create(write.path, write.data, sequential=write.sequential)
@@ -182,6 +211,15 @@ def _to_op(write: ZkWrite):
     if write.kind == "delete":
         return Delete(write.path)
     raise ValueError(f"unknown write kind {write.kind!r}")
+
+
+def assigned_broker_ids(image: zp.ZkClusterImage) -> set[int]:
+    """Every broker id some partition's replica assignment names."""
+    assigned: set[int] = set()
+    for topic in image.topics.values():
+        for replicas in topic.assignment.partitions.values():
+            assigned.update(replicas)
+    return assigned
 
 
 def now_ms() -> int:
@@ -348,8 +386,8 @@ class MigrationDriver:
         # command sees the speculative state and writes nothing when none is open.
         await self._submit(self._abort_transaction, transactional=True)
         if self.recorded_state() == ZkMigrationState.PRE_MIGRATION:
-            await self._wait_for_preconditions(zk)
-            await self._copy(zk, epoch)
+            image, plan = await self._wait_for_preconditions(zk)
+            await self._copy(epoch, image, plan)
         await self._dual_write(zk, epoch)
 
     @staticmethod
@@ -462,66 +500,78 @@ class MigrationDriver:
             return BrokerCheck(broker_id, None, False, max_mv, f"error {error_name(response.error_code)}")
         return BrokerCheck(broker_id, zp.kafka_uuid_string(response.cluster_id), bool(response.config_enabled), max_mv)
 
-    async def _wait_for_preconditions(self, zk: ZkSession) -> None:
+    async def _wait_for_preconditions(self, zk: ZkSession) -> tuple[zp.ZkClusterImage, mcopy.CopyPlan]:
+        """Until KIP-866's preconditions hold; returns the ZooKeeper image they were checked
+        on and the copy planned from it (the copy starts right after, from that image)."""
         cluster_id = self.node.cluster_id
         while True:
             brokers = await self._retrying("read brokers", lambda: self._zk_brokers(zk))
             checks = [await self._migration_check(broker_id, znode) for broker_id, znode in sorted(brokers.items())]
-            assigned = await self._retrying("read assignments", lambda: self._assigned_brokers(zk))
+            image, plan = await self._retrying("read ZooKeeper", self._read_and_plan)
+            assigned = assigned_broker_ids(image)
             failures = check_preconditions(cluster_id=cluster_id, metadata_version=self.node.state.metadata_version,
                                            live_brokers=checks, assigned_broker_ids=assigned)
             self.status.failures = failures
             if not failures:
-                return
+                return image, plan
             log.warning(Event.MIGRATION_PRECONDITIONS_FAILED, failures=[str(f) for f in failures])
             await trio.sleep(PRECONDITION_RETRY_S)
 
-    async def _assigned_brokers(self, zk: ZkSession) -> set[int]:
-        assigned: set[int] = set()
-        for topic in await zk.children(zp.TOPICS_PATH) or []:
-            found = await zk.get(zp.topic_path(topic))
-            if found is None:
-                continue
-            try:
-                assignment = zp.TopicZnode.decode(found[0])
-            except zp.ZnodeDecodeError:
-                continue
-            for replicas in assignment.partitions.values():
-                assigned.update(replicas)
-        return assigned
+    async def _read_and_plan(self) -> tuple[zp.ZkClusterImage, mcopy.CopyPlan]:
+        """Reads ZooKeeper whole (pipelined reads) and plans the copy, in a worker thread:
+        at 100k partitions that is seconds of work, and on the event loop it would stall
+        this controller's Raft traffic long enough for the quorum to elect someone else."""
+        known = set(self.node.supported_node_features)
+        metadata_version = self.node.state.metadata_version
+        read = self._read_zookeeper
+        hosts = self.zk_hosts
+
+        def read_and_plan() -> tuple[zp.ZkClusterImage, mcopy.CopyPlan]:
+            image = read(hosts)
+            return image, mcopy.plan_copy(image, known, metadata_version)
+        return await trio.to_thread.run_sync(read_and_plan)
 
     # -- the copy --
 
-    async def _copy(self, zk: ZkSession, epoch: int) -> None:
-        image = await self._retrying("read ZooKeeper", lambda: trio.to_thread.run_sync(self._read_zookeeper, self.zk_hosts))
-        known = set(self.node.supported_node_features)
-        plan = mcopy.plan_copy(image, known, self.node.state.metadata_version)
+    async def _copy(self, epoch: int, image: zp.ZkClusterImage, plan: mcopy.CopyPlan) -> None:
+        """The copy as one metadata transaction, in commands of `copy_chunk_records`
+        (`copy.chunk_commands`). Up to COPY_WINDOW_CHUNKS commands are in the controller
+        loop at once, so the next chunk is replayed and encoded while the one before is
+        replicated (the loop group-commits them); each command checks that every chunk
+        before it is in the transaction, so a chunk that failed is never skipped."""
         log.info(Event.MIGRATION_COPY_STARTED, brokers=len(plan.brokers), topics=len(image.topics),
                  partitions=image.partition_count(), records=plan.total_records)
         started = trio.current_time()
-        chunks = list(mcopy.copy_chunks(plan, self.copy_chunk_records)) or [[]]
-        mv = self.node.state.metadata_version
-        for index, chunk in enumerate(chunks):
-            first, last = index == 0, index == len(chunks) - 1
+        commands = mcopy.chunk_commands(plan, self.copy_chunk_records, self.node.state.metadata_version)
+        window = trio.Semaphore(1 if self.copy_pause_s > 0 else COPY_WINDOW_CHUNKS)
+        failures: list[tuple[int, Exception]] = []
 
-            def command(state, tracker, next_offset, now, chunk=chunk, first=first, last=last):
-                if first:
-                    if state.in_transaction or ZkMigrationState(state.zk_migration_state) != ZkMigrationState.PRE_MIGRATION:
-                        raise RuntimeError("the copy must start in PRE_MIGRATION outside a transaction")
-                    records = [mcopy.begin_record()] + mcopy.broker_records(plan, next_offset + 1, mv) + chunk
-                else:
-                    if not state.in_transaction:
-                        raise RuntimeError("the copy's transaction is no longer open")
-                    records = list(chunk)
-                if last:
-                    records += [mcopy.migration_state_record(ZkMigrationState.MIGRATION), mcopy.end_record()]
-                return ControllerResult(records, {})
+        async def submit_chunk(index: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                # `started` before the submit: the submit enqueues before its first await,
+                # so chunks enter the loop's queue in order.
+                task_status.started()
+                await self._submit(commands[index], transactional=True)
+                log.info(Event.MIGRATION_COPY_PROGRESS, chunk=index + 1, chunks=len(commands),
+                         transaction_start=self.node.state.transaction_start_offset)
+            except Exception as exc:  # re-raised below, the first chunk's first
+                failures.append((index, exc))
+            finally:
+                window.release()
 
-            await self._submit(command, transactional=True)
-            log.info(Event.MIGRATION_COPY_PROGRESS, chunk=index + 1, chunks=len(chunks),
-                     transaction_start=self.node.state.transaction_start_offset)
-            if self.copy_pause_s > 0 and not last:
-                await trio.sleep(self.copy_pause_s)
+        async with trio.open_nursery() as nursery:
+            for index in range(len(commands)):
+                await window.acquire()
+                if failures:
+                    window.release()
+                    break
+                await nursery.start(submit_chunk, index)
+                if self.copy_pause_s > 0 and index < len(commands) - 1:
+                    async with window:  # the fault drill's pause follows the chunk's commit
+                        pass
+                    await trio.sleep(self.copy_pause_s)
+        if failures:
+            raise min(failures, key=lambda failure: failure[0])[1]
         end_offset = self.loop.replayed_end_offset - 1
         log.info(Event.MIGRATION_COPY_FINISHED, records=plan.total_records, end_offset=end_offset,
                  seconds=round(trio.current_time() - started, 3))
@@ -594,24 +644,44 @@ class MigrationDriver:
                     self._mirror = await self._load_mirror()
                     scope = Scope.all()
                 state = self.node.state
+                mirror = self._mirror
+                controller_epoch = self.status.zk_controller_epoch
                 # Only what the batch touched (everything for a full reconciliation).
-                topics = desired_topics(state, self.status.zk_controller_epoch,
-                                        None if scope.everything else scope.topics)
                 broker_configs = desired_broker_configs(state, None if scope.everything else scope.broker_configs)
                 features = desired_features(state)
                 quotas = desired_client_quotas(state, None if scope.everything else scope.quota_entities)
                 keep_zk_scram = not image_holds_scram(state)
-                writes = plan_writes(scope, desired_topics=topics, desired_broker_configs=broker_configs,
-                                     desired_features=features, actual_topics=self._mirror.topics,
-                                     actual_topic_configs=self._mirror.topic_configs,
-                                     actual_broker_configs=self._mirror.broker_configs,
-                                     actual_features=self._mirror.features, desired_quotas=quotas,
-                                     actual_quotas=self._mirror.quota_configs,
-                                     actual_user_client_parents=frozenset(self._mirror.user_client_parents),
-                                     keep_zk_scram=keep_zk_scram)
+
+                def plan(topics) -> list[ZkWrite]:
+                    return plan_writes(scope, desired_topics=topics, desired_broker_configs=broker_configs,
+                                       desired_features=features, actual_topics=mirror.topics,
+                                       actual_topic_configs=mirror.topic_configs,
+                                       actual_broker_configs=mirror.broker_configs,
+                                       actual_features=mirror.features, desired_quotas=quotas,
+                                       actual_quotas=mirror.quota_configs,
+                                       actual_user_client_parents=frozenset(mirror.user_client_parents),
+                                       keep_zk_scram=keep_zk_scram)
+                if scope.everything:
+                    # A full reconciliation (after the copy, or a new leader's) covers every
+                    # partition: seconds at 100k. It runs in a worker thread on immutable
+                    # views of the image taken here, so the event loop keeps serving the
+                    # quorum; the image may move on meanwhile, which the next rounds cover
+                    # (they diff against the mirror, so nothing is lost or written twice).
+                    view = _TopicsView.of(state)
+
+                    def plan_everything():
+                        topics = desired_topics(view, controller_epoch)
+                        return topics, plan(topics)
+                    topics, writes = await trio.to_thread.run_sync(plan_everything)
+                else:
+                    topics = desired_topics(state, controller_epoch, scope.topics)
+                    writes = plan(topics)
                 await self._write(zk, epoch, writes, last_offset)
-                self._mirror.apply(scope, topics, broker_configs, features)
-                self._mirror.apply_quotas(scope, quotas, keep_zk_scram)
+                if scope.everything:
+                    await trio.to_thread.run_sync(mirror.apply, scope, topics, broker_configs, features)
+                else:
+                    mirror.apply(scope, topics, broker_configs, features)
+                mirror.apply_quotas(scope, quotas, keep_zk_scram)
                 if writes:
                     log.debug(Event.MIGRATION_DUAL_WRITE, writes=len(writes), last_offset=last_offset)
                 self._signal_progress()
@@ -649,46 +719,78 @@ class MigrationDriver:
                 log.warning(Event.MIGRATION_ZK_UNAVAILABLE, hosts=self.zk_hosts, during="broker watch", error=str(exc))
             await trio.sleep(ZK_RETRY_S)
 
-    def _update_metadata_request(self, zk_brokers: dict[int, zp.BrokerRegistrationZnode]) -> dict:
-        state = self.node.state
-        live = []
-        for broker_id, znode in sorted(zk_brokers.items()):
-            live.append({"id": broker_id, "endpoints": [
-                {"port": e.port, "host": e.host, "listener": e.listener, "security_protocol": 0}
-                for e in znode.endpoints], "rack": znode.rack})
-        for broker_id, registration in sorted(state.brokers.items()):
-            if broker_id in zk_brokers or registration.fenced or registration.is_migrating_zk_broker:
-                continue
-            live.append({"id": broker_id, "endpoints": [
-                {"port": e.port, "host": e.host, "listener": e.name, "security_protocol": e.security_protocol}
-                for e in registration.endpoints], "rack": registration.rack})
-        topic_states = []
-        for name, topic in sorted(state.topics().items()):
-            topic_states.append({"topic_name": name, "topic_id": topic.topic_id, "partition_states": [
-                {"partition_index": index, "controller_epoch": self.status.zk_controller_epoch,
-                 "leader": p.leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr), "zk_version": 0,
-                 "replicas": list(p.replicas), "offline_replicas": []}
-                for index, p in sorted(topic.partitions.items())]})
-        return {"controller_id": self.node.config.node_id, "is_kraft_controller": True, "type": 2,
-                "controller_epoch": self.status.zk_controller_epoch, "broker_epoch": -1,
-                "topic_states": topic_states, "live_brokers": live}
-
     async def _send_update_metadata(self, zk_brokers: dict[int, zp.BrokerRegistrationZnode]) -> None:
-        request = self._update_metadata_request(zk_brokers)
-        for broker_id, znode in sorted(zk_brokers.items()):
-            if not znode.endpoints:
-                continue
-            endpoint = znode.endpoints[0]
-            try:
-                with trio.fail_after(UPDATE_METADATA_TIMEOUT_S):
-                    async with await KafkaClient.connect(endpoint.host, endpoint.port,
-                                                         client_id=f"kraftwerk-controller-{self.node.config.node_id}") as client:
-                        await client.negotiate()
-                        response = await client.request(update_metadata.REQUEST.api_key, 8, request)
-                outcome = error_name(response.error_code)
-            except (ClientError, OSError, trio.TooSlowError) as exc:
-                outcome = f"failed: {exc or type(exc).__name__}"
+        """UpdateMetadata to every live ZooKeeper broker. At 100k partitions the request
+        takes seconds to build and encode: that happens once, in a worker thread, from
+        immutable views of the image taken here (the event loop keeps serving the
+        quorum meanwhile), and the same bytes go to every broker."""
+        topics = self.node.state.topics()  # immutable: later replays do not change it
+        kraft_brokers = dict(self.node.state.brokers)
+        controller_id = self.node.config.node_id
+        zk_controller_epoch = self.status.zk_controller_epoch
+        targets = [(broker_id, znode.endpoints[0].host, znode.endpoints[0].port)
+                   for broker_id, znode in sorted(zk_brokers.items()) if znode.endpoints]
+
+        def build_and_send() -> list[tuple[int, str]]:
+            request = update_metadata_request(controller_id, zk_controller_epoch, zk_brokers, kraft_brokers, topics)
+            frame = encode_request(update_metadata.REQUEST.api_key, UPDATE_METADATA_VERSION, 1,
+                                   f"kraftwerk-controller-{controller_id}", request)
+            return [(broker_id, _send_frame_blocking(host, port, frame)) for broker_id, host, port in targets]
+        for broker_id, outcome in await trio.to_thread.run_sync(build_and_send, abandon_on_cancel=True):
             log.info(Event.MIGRATION_UPDATE_METADATA_SENT, broker_id=broker_id, outcome=outcome,
-                     zk_controller_epoch=self.status.zk_controller_epoch)
+                     zk_controller_epoch=zk_controller_epoch)
 
 
+def update_metadata_request(controller_id: int, zk_controller_epoch: int,
+                            zk_brokers: dict[int, zp.BrokerRegistrationZnode],
+                            kraft_brokers: dict, topics) -> dict:
+    """The UpdateMetadata a KRaft controller sends ZooKeeper brokers during a migration:
+    the live brokers (ZooKeeper's, then KRaft's unfenced ones) and every partition."""
+    live = []
+    for broker_id, znode in sorted(zk_brokers.items()):
+        live.append({"id": broker_id, "endpoints": [
+            {"port": e.port, "host": e.host, "listener": e.listener, "security_protocol": 0}
+            for e in znode.endpoints], "rack": znode.rack})
+    for broker_id, registration in sorted(kraft_brokers.items()):
+        if broker_id in zk_brokers or registration.fenced or registration.is_migrating_zk_broker:
+            continue
+        live.append({"id": broker_id, "endpoints": [
+            {"port": e.port, "host": e.host, "listener": e.name, "security_protocol": e.security_protocol}
+            for e in registration.endpoints], "rack": registration.rack})
+    topic_states = []
+    for name, topic in sorted(topics.items()):
+        topic_states.append({"topic_name": name, "topic_id": topic.topic_id, "partition_states": [
+            {"partition_index": index, "controller_epoch": zk_controller_epoch,
+             "leader": p.leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr), "zk_version": 0,
+             "replicas": list(p.replicas), "offline_replicas": []}
+            for index, p in sorted(topic.partitions.items())]})
+    return {"controller_id": controller_id, "is_kraft_controller": True, "type": 2,
+            "controller_epoch": zk_controller_epoch, "broker_epoch": -1,
+            "topic_states": topic_states, "live_brokers": live}
+
+
+def _send_frame_blocking(host: str, port: int, frame: bytes) -> str:
+    """Sends one encoded UpdateMetadata request and reads its answer (blocking, for a
+    worker thread): the answer's error name, or why it failed."""
+    try:
+        with socket.create_connection((host, port), timeout=UPDATE_METADATA_TIMEOUT_S) as sock:
+            sock.settimeout(UPDATE_METADATA_TIMEOUT_S)
+            sock.sendall(frame)
+            size = int.from_bytes(_receive_exactly(sock, 4), "big", signed=True)
+            if size < 0 or size > MAX_RESPONSE_BYTES:
+                return f"failed: bad response size {size}"
+            _, response = decode_response(update_metadata.REQUEST.api_key, UPDATE_METADATA_VERSION,
+                                          _receive_exactly(sock, size))
+    except (OSError, DecodeError) as exc:
+        return f"failed: {exc or type(exc).__name__}"
+    return error_name(response.error_code)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(min(65536, size - len(data)))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
