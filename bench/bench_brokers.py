@@ -17,7 +17,15 @@ each printing its command line and markdown tables:
           (`wait_renegotiated`). At the first step each broker's advertised
           DescribeCluster range must go from max 0 to max 1 (gated at
           3.7-IV0). Bounded by --budget-s: an N that does not fit is reported
-          as not run (or cut short), never waited on.
+          as not run (or cut short), never waited on. Per step also: the
+          requests each broker sent (by API), the offsets it replayed, the CPU
+          of this process and of the leader, and the CPU this process spent in
+          the garbage collector. After the steps, the harness's own floor on
+          the same disk and connections (`harness_floor`: N small appends +
+          fsync one after the other, N snapshot-sized files in worker threads,
+          N x 3 ApiVersions). --gc-freeze freezes the heap once all N run (a
+          full collection otherwise walks all N images of this one process);
+          --py-spy PATH profiles the steps.
   storm   --brokers simulated brokers (a load generator speaking the real
           protocol over a few pipelined connections, one per 50 brokers) to a
           quorum at 3.7-IV4: each registers (BrokerRegistration at the version
@@ -29,7 +37,8 @@ each printing its command line and markdown tables:
 
 Timing targets live here, never in tests.
 
-Run: .venv/bin/python bench/bench_brokers.py fanout [--brokers 3,30,300] [--budget-s 300]
+Run: .venv/bin/python bench/bench_brokers.py fanout [--brokers 3,30,300] [--budget-s 300] [--json PATH]
+         [--gc-freeze] [--py-spy PATH]
      .venv/bin/python bench/bench_brokers.py storm [--brokers 1000] [--duration-s 30]
 Both take --dir PATH (parent of the temporary directory: the disk measured).
 """
@@ -37,11 +46,15 @@ Both take --dir PATH (parent of the temporary directory: the disk measured).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import random
+import json
 import resource
 import shutil
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -107,7 +120,8 @@ def code_name(code) -> str:
 # 1. renegotiation fan-out
 # --------------------------------------------------------------------------
 
-async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: float) -> dict:
+async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: float,
+                      profile: str | None = None, gc_freeze: bool = False) -> dict:
     """N brokers in this trio run; returns {'start_s', 'steps': [...], 'note'}."""
     from server.broker.lifecycle import BrokerState
     from server.nodes.broker import BrokerNode
@@ -134,6 +148,7 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
     with trio.move_on_at(deadline) as budget:
         async with trio.open_nursery() as nursery:
             started = trio.current_time()
+            gc_start, cpu_start = GC.mark(), time.process_time()
             for broker in brokers:
                 await nursery.start(broker.run)
             running_bound = RUNNING_WAIT_BASE_S + RUNNING_WAIT_PER_BROKER_S * n
@@ -146,6 +161,14 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
                 nursery.cancel_scope.cancel()
                 return result
             result["start_s"] = trio.current_time() - started
+            result["start_cpu_s"] = time.process_time() - cpu_start
+            result["start_gc_s"] = sum(GC.mark()[0]) - sum(gc_start[0])
+            if gc_freeze:
+                # All N images share this one heap, so each full collection walks every
+                # broker's image (~1 s at N=300): a cost of the one-process harness, not of a
+                # broker (each real one has a heap of its own). Opt-in, reported as such.
+                gc.collect()
+                gc.freeze()
             # The standing load of N idle brokers (Fetch long polls, heartbeats), before any change.
             pids = [os.getpid(), quorum.pid(leader)]
             before = {pid: common.process_cpu_s(pid) for pid in pids}
@@ -156,14 +179,145 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
                      if b.advertised_ranges().get(DESCRIBE_CLUSTER, (0, 0))[1] != 0}
             if wrong:
                 raise RuntimeError(f"before the upgrade: DescribeCluster not at max 0 on {wrong}")
-            async with await KafkaClient.connect(common.HOST, quorum.port(leader), "bench-brokers") as client:
-                for level in FANOUT_STEPS:
-                    result["steps"].append(await fanout_step(brokers, client, level, n))
+            print(f"N={n}: all RUNNING after {result['start_s']:.1f} s ({result['start_cpu_s']:.1f} s CPU, "
+                  f"{result['start_gc_s']:.1f} s of it in the garbage collector)", file=sys.stderr, flush=True)
+            with py_spy(profile):
+                async with await KafkaClient.connect(common.HOST, quorum.port(leader), "bench-brokers") as client:
+                    for level in FANOUT_STEPS:
+                        result["steps"].append(await fanout_step(brokers, client, level, n, pids))
+                        print(f"N={n}: step to {LEVEL_NAMES[level]}: all renegotiated after "
+                              f"{ms(result['steps'][-1]['all_s'])} ms", file=sys.stderr, flush=True)
+            # The harness's own floor, measured with the brokers still connected.
+            result["floor"] = await harness_floor(brokers)
             nursery.cancel_scope.cancel()
+    if gc_freeze:
+        gc.unfreeze()
     if budget.cancelled_caught:
         result["note"] = (f"cut by --budget-s after {len(result['steps'])} of {len(FANOUT_STEPS)} steps"
                           + ("" if not math.isnan(result["start_s"]) else " (brokers not all RUNNING yet)"))
     return result
+
+
+async def harness_floor(brokers) -> dict:
+    """What a metadata.version step costs this one process at the least, whatever the
+    broker code does, measured on the same disk and connections:
+    - append: per broker, one small write + fsync of its own file, one after the other
+      on the event loop: what N observers appending the step's batch cost here (an
+      observer's small append is written and fsynced on the event loop; with N of them
+      in one process those fsyncs queue up);
+    - snapshot: per broker, a file the size of its newest snapshot written, fsynced,
+      renamed and its directory fsynced, in worker threads as the replayer does
+      (trio's default limit of concurrent threads);
+    - api_versions: every broker asks each controller for ApiVersions once on its live
+      connections, all at once (the renegotiation's round trips).
+    Each part is timed alone; `total_s` is their sum (they are sequential per broker)."""
+    floor: dict = {}
+    record = b"x" * 120  # a one-record batch of the size of the step's FeatureLevelRecord batch
+    started = time.perf_counter()
+    for broker in brokers:
+        path = Path(broker.config.metadata_log_dir) / "floor-append.tmp"
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        try:
+            os.pwrite(fd, record, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            path.unlink()
+    floor["append_s"] = time.perf_counter() - started
+    sizes = []
+    for broker in brokers:
+        checkpoints = sorted(Path(broker.config.metadata_log_dir).rglob("*.checkpoint"))
+        sizes.append(max((c.stat().st_size for c in checkpoints), default=0))
+    floor["snapshot_bytes_median"] = int(common.percentile(sizes, 0.5)) if sizes else 0
+
+    def write_one(directory: Path, size: int) -> None:
+        part, final = directory / "floor-snapshot.part", directory / "floor-snapshot.done"
+        fd = os.open(part, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"s" * size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(part, final)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        final.unlink()
+
+    started = trio.current_time()
+    async with trio.open_nursery() as writers:
+        for broker, size in zip(brokers, sizes):
+            writers.start_soon(trio.to_thread.run_sync, write_one, Path(broker.config.metadata_log_dir), size)
+    floor["snapshot_s"] = trio.current_time() - started
+    answered = 0
+
+    async def ask(peer) -> None:
+        nonlocal answered
+        if await peer.renegotiate(REQUEST_TIMEOUT_S):
+            answered += 1
+
+    started = trio.current_time()
+    async with trio.open_nursery() as askers:
+        for broker in brokers:
+            for voter in broker.voters:
+                peer = broker.controller_peer(voter.node_id)
+                if peer is not None:
+                    askers.start_soon(ask, peer)
+    floor["api_versions_s"] = trio.current_time() - started
+    floor["api_versions_answered"] = answered
+    floor["total_s"] = floor["append_s"] + floor["snapshot_s"] + floor["api_versions_s"]
+    return floor
+
+
+class py_spy:
+    """`py-spy record` of this process while the block runs (raw collapsed stacks to
+    `path`), when `path` is given and py-spy is installed next to this Python."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.process = None
+
+    def __enter__(self):
+        if self.path:
+            exe = Path(sys.executable).with_name("py-spy")
+            if not exe.exists():
+                raise RuntimeError(f"--py-spy needs {exe} (pip install py-spy)")
+            self.process = subprocess.Popen([str(exe), "record", "--pid", str(os.getpid()), "--format", "raw",
+                                             "--rate", "100", "--nonblocking", "--threads", "-o", self.path],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # let it attach before the measured part starts
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+API_NAMES = {1: "Fetch", 18: "ApiVersions", 57: "UpdateFeatures", 58: "Envelope", 59: "FetchSnapshot",
+             62: "BrokerRegistration", 63: "BrokerHeartbeat"}
+
+
+def count_exchanges() -> Counter:
+    """Counts every request this process's brokers send to the controllers, by API
+    (wraps PeerConnection._exchange; instrumentation only: what a step costs in messages)."""
+    from server.net.peer import PeerConnection
+
+    sent: Counter = Counter()
+    plain = PeerConnection._exchange
+
+    async def exchange(self, api_key, version, body, on_response=None):
+        sent[API_NAMES.get(api_key, str(api_key))] += 1
+        return await plain(self, api_key, version, body, on_response)
+
+    PeerConnection._exchange = exchange
+    return sent
 
 
 def hook_replayed(broker) -> None:
@@ -181,7 +335,7 @@ def hook_replayed(broker) -> None:
     broker._on_commit = on_commit
 
 
-async def fanout_step(brokers, client, level: int, n: int) -> dict:
+async def fanout_step(brokers, client, level: int, n: int, pids: list[int]) -> dict:
     done_at: dict[int, float] = {}
     describe_cluster: dict[int, tuple[int, int] | None] = {}
     all_done = trio.Event()
@@ -194,6 +348,12 @@ async def fanout_step(brokers, client, level: int, n: int) -> dict:
             all_done.set()
 
     step: dict = {"level": level}
+    sent_before = Counter(SENT)
+    # CPU seconds (all threads) of this process and of the leader over the step: less
+    # sensitive than wall time to what else the machine runs.
+    cpu_before = [common.process_cpu_s(pid) for pid in pids]
+    gc_before = GC.mark()
+    replayed_before = sum(b.replayer.replayed_end_offset for b in brokers)
     async with trio.open_nursery() as watchers:
         for broker in brokers:
             watchers.start_soon(watch, broker)
@@ -211,6 +371,14 @@ async def fanout_step(brokers, client, level: int, n: int) -> dict:
             await all_done.wait()
         watchers.cancel_scope.cancel()
     step["commit_s"] = replied - sent
+    step["cpu_s"] = [common.process_cpu_s(pid) - before for pid, before in zip(pids, cpu_before)]
+    gc_after = GC.mark()
+    step["gc_s"] = [after - before for after, before in zip(gc_after[0], gc_before[0])]
+    step["gc_collections"] = [after - before for after, before in zip(gc_after[1], gc_before[1])]
+    # Messages and replayed offsets per broker over the step (until all renegotiated or the bound).
+    step["sent_per_broker"] = {api: round(count / n, 2) for api, count in sorted((SENT - sent_before).items())}
+    step["replayed_offsets_per_broker"] = round(
+        (sum(b.replayer.replayed_end_offset for b in brokers) - replayed_before) / n, 1)
     step["after_reply_s"] = sorted(t - replied for t in done_at.values())
     step["replayed_after_reply_s"] = sorted(b.bench_replayed_at[level] - replied for b in brokers
                                             if level in b.bench_replayed_at)
@@ -223,9 +391,40 @@ async def fanout_step(brokers, client, level: int, n: int) -> dict:
     return step
 
 
+SENT: Counter = Counter()  # filled by count_exchanges() in run_fanout
+
+
+class GcClock:
+    """CPU time this process spends in the cyclic garbage collector, by generation (gc.callbacks;
+    instrumentation only): N brokers' images and tasks in one heap make every full
+    collection walk all of them."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds[info["generation"]] += time.thread_time() - self._started
+            self.collections[info["generation"]] += 1
+
+    def mark(self) -> tuple[list[float], list[int]]:
+        return list(self.seconds), list(self.collections)
+
+
+GC = GcClock()
+
+
 def run_fanout(args) -> int:
+    global SENT
+    SENT = count_exchanges()
     counts = [int(x) for x in args.brokers.split(",") if x.strip()]
     nofile = raise_open_files_limit()
+    load_start = os.getloadavg()
     budget_deadline_wall = time.monotonic() + args.budget_s
     cells: dict[int, dict] = {}
     skipped: list[int] = []
@@ -239,8 +438,11 @@ def run_fanout(args) -> int:
             with common.kraftwerk_quorum(work, VOTERS, FANOUT_FORMAT_MV) as (quorum, leader):
                 remaining = budget_deadline_wall - time.monotonic()
 
+                profile = f"{args.py_spy}.{n}" if args.py_spy else None
+
                 async def cell():
-                    return await fanout_cell(n, quorum, leader, trio.current_time() + remaining)
+                    return await fanout_cell(n, quorum, leader, trio.current_time() + remaining, profile,
+                                             args.gc_freeze)
 
                 cells[n] = trio.run(cell)
                 cells[n]["leader"] = leader
@@ -256,7 +458,9 @@ def run_fanout(args) -> int:
           f"UpdateFeatures (upgrade) to the leader steps metadata.version "
           f"{' -> '.join(LEVEL_NAMES[x] for x in (11,) + FANOUT_STEPS)}; per step and broker: time from the "
           f"committed reply's arrival to the broker's image showing the level (its commit callback) and to "
-          f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
+          f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). "
+          f"{'gc.freeze() once all were RUNNING. ' if args.gc_freeze else ''}"
+          f"RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
           f"{os.cpu_count()} CPUs shared by the brokers' process and the three controllers.\n")
     rows = []
     for n, cell in cells.items():
@@ -268,6 +472,14 @@ def run_fanout(args) -> int:
                          ms(max(step["replayed_after_reply_s"], default=float("nan"))),
                          ms(common.percentile(samples, 0.5)), ms(common.percentile(samples, 0.99)),
                          ms(max(samples) if samples else float("nan")), ms(step["all_s"]), dc])
+    for n, cell in cells.items():
+        for step in cell["steps"]:
+            print(f"N={n}, {LEVEL_NAMES[step['level']]}: per broker: sent {step['sent_per_broker']}, "
+                  f"offsets replayed {step['replayed_offsets_per_broker']}, CPU ms of the brokers' process "
+                  f"{step['cpu_s'][0] * 1000 / n:.2f} and of the leader {step['cpu_s'][1] * 1000 / n:.2f}; "
+                  f"in the garbage collector {sum(step['gc_s']) * 1000:.0f} ms "
+                  f"(collections by generation {step['gc_collections']})")
+    print()
     for n, cell in cells.items():
         for step in cell["steps"]:
             if step["missed"]:
@@ -298,9 +510,70 @@ def run_fanout(args) -> int:
                                  "all brokers ms (median of steps)",
                                  f"median / N={base[2] if base else '-'}", f"all / N={base[2] if base else '-'}",
                                  "all ms per broker", "note"], summary))
+    print()
+    floor_rows = []
+    for n, cell in cells.items():
+        floor = cell.get("floor")
+        alls = [step["all_s"] for step in cell["steps"] if not math.isnan(step["all_s"])]
+        if floor is None or not alls:
+            continue
+        all_median = common.percentile(alls, 0.5)
+        floor_rows.append([n, ms(floor["append_s"]), f"{floor['snapshot_bytes_median']:,}", ms(floor["snapshot_s"]),
+                           f"{ms(floor['api_versions_s'])} ({floor['api_versions_answered']})", ms(floor["total_s"]),
+                           ms(all_median), f"{all_median / floor['total_s']:.1f}" if floor["total_s"] else "-",
+                           f"{floor['total_s'] * 1000 / n:.2f}"])
+    if floor_rows:
+        print("Harness floor (same run, after the steps, brokers still connected): one small pwrite + fsync per "
+              "broker, one after the other on the event loop; one snapshot-sized file per broker written, fsynced, "
+              "renamed, directory fsynced, in worker threads; one ApiVersions per broker and controller, all at "
+              "once.\n")
+        print(common.markdown_table(["N", "N appends+fsync ms (serial)", "snapshot bytes (median)",
+                                     "N snapshot files ms (threads)", "N x 3 ApiVersions ms (answered)",
+                                     "floor ms (sum)", "ours: all brokers ms (median of steps)", "ours / floor",
+                                     "floor ms per broker"], floor_rows))
     if skipped:
         print(f"\nNot run (budget of {args.budget_s:g} s spent): N = {', '.join(map(str, skipped))}.")
+    load_end = os.getloadavg()
+    print(f"\nload average at start: {' '.join(f'{x:.2f}' for x in load_start)}; "
+          f"at end: {' '.join(f'{x:.2f}' for x in load_end)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "command": common.command_line(), "gc_freeze": args.gc_freeze,
+            "load_start": load_start, "load_end": load_end,
+            "skipped": skipped, "results": {str(n): _cell_json(n, cell) for n, cell in cells.items()}},
+            indent=2, default=str))
     return 0
+
+
+def _cell_json(n: int, cell: dict) -> dict:
+    """The machine-readable form of one N's results (seconds; NaN as null)."""
+
+    def num(value):
+        return None if isinstance(value, float) and math.isnan(value) else value
+
+    steps = []
+    for step in cell["steps"]:
+        samples = step["after_reply_s"]
+        steps.append({
+            "level": step["level"], "to": LEVEL_NAMES[step["level"]], "renegotiated": step["renegotiated"],
+            "commit_s": step["commit_s"],
+            "image_median_s": num(common.percentile(step["replayed_after_reply_s"], 0.5)),
+            "image_max_s": max(step["replayed_after_reply_s"], default=None),
+            "renegotiated_median_s": num(common.percentile(samples, 0.5)),
+            "renegotiated_p99_s": num(common.percentile(samples, 0.99)),
+            "renegotiated_max_s": max(samples, default=None), "all_s": num(step["all_s"]),
+            "describe_cluster_max": {str(k): v for k, v in step["describe_cluster_max"].items()},
+            "sent_per_broker": step["sent_per_broker"], "cpu_s": step["cpu_s"], "gc_s": step["gc_s"],
+            "gc_collections": step["gc_collections"],
+            "replayed_offsets_per_broker": step["replayed_offsets_per_broker"],
+            "missed": step["missed"][:10]})
+    alls = [step["all_s"] for step in cell["steps"] if not math.isnan(step["all_s"])]
+    all_median = common.percentile(alls, 0.5) if alls else None
+    return {"brokers": n, "start_s": num(cell["start_s"]), "start_cpu_s": cell.get("start_cpu_s"),
+            "start_gc_s": cell.get("start_gc_s"), "idle_cpu": cell.get("idle_cpu"),
+            "note": cell["note"], "steps": steps, "all_median_s": all_median,
+            "all_ms_per_broker": all_median * 1000 / n if all_median is not None else None,
+            "floor": cell.get("floor")}
 
 
 # --------------------------------------------------------------------------
@@ -553,6 +826,12 @@ def main(argv: list[str] | None = None) -> int:
     fan = sub.add_parser("fanout", help="metadata.version change -> every broker renegotiated")
     fan.add_argument("--brokers", default="3,30,300", help="comma-separated broker counts")
     fan.add_argument("--budget-s", type=float, default=300.0, help="no N starts (or continues) after this")
+    fan.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    fan.add_argument("--gc-freeze", action="store_true",
+                     help="gc.freeze() once all N are RUNNING: full collections skip the N images the one "
+                          "process holds (a harness cost; see GcClock)")
+    fan.add_argument("--py-spy", default=None, metavar="PATH",
+                     help="profile the steps with py-spy (raw stacks to PATH.<N>; needs .venv/bin/py-spy)")
     sto = sub.add_parser("storm", help="simulated brokers registering and heartbeating")
     sto.add_argument("--brokers", type=int, default=1000)
     sto.add_argument("--duration-s", type=float, default=30.0, help="steady window after all are unfenced")
