@@ -104,6 +104,7 @@ CONTROL_KEY_VERSION = 0
 CONTROL_KEY_BYTES = _CONTROL_KEY.size  # 4
 
 _NULL_LENGTH = encode_varint(-1)
+_RECORD_ATTRIBUTES = b"\x00"  # a record's own attributes byte: unused, always 0
 
 # Zigzag varints of 0..4095 (one or two bytes), precomputed with the
 # primitives' encoder: record lengths, offset deltas and value lengths of
@@ -263,6 +264,8 @@ def encode_record_batch(batch: RecordBatch) -> bytes:
     """Encodes any batch this module can decode (the inverse of `decode_batch`)."""
     parts: list[bytes] = []
     previous_delta = -1
+    # Header keys repeat from record to record (a snapshot's replay offset): encoded once.
+    encoded_keys: dict[str, bytes] = {}
     for record in batch.records:
         offset_delta = record.offset - batch.base_offset
         if offset_delta <= previous_delta or offset_delta > batch.last_offset_delta:
@@ -271,19 +274,23 @@ def encode_record_batch(batch: RecordBatch) -> bytes:
                 f"[{batch.base_offset}, {batch.last_offset}]"
             )
         previous_delta = offset_delta
-        body = bytearray(b"\x00")
-        body += encode_varlong(record.timestamp_ms - batch.base_timestamp_ms)
-        body += encode_varint(offset_delta)
-        _append_nullable(body, record.key)
-        _append_nullable(body, record.value)
-        body += encode_varint(len(record.headers))
-        for header_key, header_value in record.headers:
-            encoded_key = header_key.encode("utf-8")
-            body += encode_varint(len(encoded_key))
-            body += encoded_key
-            _append_nullable(body, header_value)
-        parts.append(encode_varint(len(body)))
-        parts.append(bytes(body))
+        timestamp_delta = record.timestamp_ms - batch.base_timestamp_ms
+        pieces = [_RECORD_ATTRIBUTES, _SMALL_VARINTS[0] if timestamp_delta == 0 else encode_varlong(timestamp_delta),
+                  _varint(offset_delta)]
+        _add_nullable(pieces, record.key)
+        _add_nullable(pieces, record.value)
+        headers = record.headers
+        pieces.append(_varint(len(headers)))
+        for header_key, header_value in headers:
+            encoded_key = encoded_keys.get(header_key)
+            if encoded_key is None:
+                raw_key = header_key.encode("utf-8")
+                encoded_key = encoded_keys[header_key] = _varint(len(raw_key)) + raw_key
+            pieces.append(encoded_key)
+            _add_nullable(pieces, header_value)
+        body = b"".join(pieces)
+        parts.append(_varint(len(body)))
+        parts.append(body)
     attributes = 0
     if batch.is_control:
         attributes |= CONTROL_BIT
@@ -304,12 +311,12 @@ def encode_record_batch(batch: RecordBatch) -> bytes:
     )
 
 
-def _append_nullable(out: bytearray, data: bytes | None) -> None:
+def _add_nullable(pieces: list[bytes], data: bytes | None) -> None:
     if data is None:
-        out += _NULL_LENGTH
+        pieces.append(_NULL_LENGTH)
     else:
-        out += encode_varint(len(data))
-        out += data
+        pieces.append(_varint(len(data)))
+        pieces.append(data)
 
 
 def _assemble(
