@@ -10,20 +10,31 @@ Rules kept here:
 - The only module of the pipeline that imports pyspark; the reading itself is
   `pipeline.reader.read_file`, so Spark and the plain-Python baseline give the
   same rows by construction.
-- Work splits by file (segment or snapshot), never inside one: small files are
-  packed into partitions of up to `maxPartitionBytes` (option, default 32 MiB;
-  each file also counts `openCostInBytes`, default 1 MiB), as Spark packs small
-  files for its own file sources, because every task has a fixed cost (~0.4 s
-  here: a Python worker, imports, planning). A corrupt file costs only its own
-  rows, never the job (the reader turns bad bytes into error rows).
+- Work splits by file (segment or snapshot), never inside one, and the copies of a
+  file held by a cluster's controllers (same cluster, same name) stay in one task, so
+  that `.option("copies", "distinct")` can compare them (pipeline/columnar.py says
+  why skipping byte-identical copies leaves every answer as it was; the default,
+  "all", gives every row of every file). Small files are packed into partitions of up
+  to `maxPartitionBytes` (option, default 32 MiB; each file also counts
+  `openCostInBytes`, default 1 MiB), as Spark packs small files for its own file
+  sources, because every task has a fixed cost (~0.4 s here: a Python worker, imports,
+  planning); with `numPartitions` the groups are instead spread over that many
+  partitions of about equal size (largest first onto the least loaded), which is what
+  keeps every core busy to the end. A corrupt file costs only its own rows, never the
+  job (the reader turns bad bytes into error rows).
+- Column pruning: a schema given with `.schema(...)` (a subset of RECORD_SCHEMA's
+  columns, same types) is the set of columns read; the job leaves out what no
+  transform reads (`fields_json`, `record_version`). Without `fields_json` the
+  compiled decoder (pipeline/_columnar.c) does the reading when it is built.
 - The file list is taken once, on the driver, when the reader is planned; the
   partitions carry plain `FleetFile` values, so executors need only the path
   to be visible (a local or shared file system).
-- Rows reach Spark as `pyarrow.RecordBatch`es of up to `arrowBatchRows` rows (option,
-  default 8192) in the Arrow schema Spark derives from `RECORD_SCHEMA`: yielding
-  Python tuples makes PySpark convert and type-check every value of every row in
-  Python (most of a task's time). `.option("arrow", "false")` keeps the tuple path,
-  so the two can be compared; both carry the very rows `read_file` yields.
+- Rows reach Spark as `pyarrow.RecordBatch`es of about `arrowBatchRows` rows (option,
+  default 8192) in the Arrow schema Spark derives from `RECORD_SCHEMA`, built by
+  pipeline/columnar.py without a Python object per row: yielding Python tuples makes
+  PySpark convert and type-check every value of every row in Python.
+  `.option("arrow", "false")` keeps the tuple path, so the two can be compared; both
+  carry the very rows `read_file` yields.
 """
 
 from __future__ import annotations
@@ -34,10 +45,12 @@ from itertools import chain, islice
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from pipeline.reader import FleetFile, fleet_files, read_file
-from pipeline.schema import RECORD_SCHEMA
+from pipeline import columnar
+from pipeline.reader import FleetFile, fleet_files
+from pipeline.schema import RECORD_FIELDS, RECORD_SCHEMA
 
 FORMAT_NAME = "kraftwerk"
 
@@ -47,12 +60,21 @@ DEFAULT_OPEN_COST_BYTES = 1024 * 1024
 DEFAULT_ARROW_BATCH_ROWS = 8192
 
 
-class FleetFilesPartition(InputPartition):
-    """Whole files of the fleet: the unit of work of one Spark task."""
+COPIES_ALL = "all"
+COPIES_DISTINCT = "distinct"
 
-    def __init__(self, fleet_files: tuple[FleetFile, ...]) -> None:
-        super().__init__(fleet_files)
-        self.fleet_files = fleet_files
+
+class FleetFilesPartition(InputPartition):
+    """Whole files of the fleet, as groups of copies (pipeline.columnar.copy_groups):
+    the unit of work of one Spark task."""
+
+    def __init__(self, groups: tuple[tuple[FleetFile, ...], ...]) -> None:
+        super().__init__(groups)
+        self.groups = groups
+
+    @property
+    def fleet_files(self) -> tuple[FleetFile, ...]:
+        return tuple(f for group in self.groups for f in group)
 
 
 def pack_files(files: list[FleetFile], max_bytes: int, open_cost_bytes: int) -> list[tuple[FleetFile, ...]]:
@@ -74,6 +96,46 @@ def pack_files(files: list[FleetFile], max_bytes: int, open_cost_bytes: int) -> 
     if current:
         groups.append(tuple(current))
     return groups
+
+
+def _file_size(f: FleetFile) -> int:
+    try:
+        return os.path.getsize(f.path)
+    except OSError:
+        return 0  # the reader reports it as an error row
+
+
+def spread_groups(groups: list[tuple[FleetFile, ...]], partitions: int, open_cost_bytes: int
+                  ) -> list[tuple[tuple[FleetFile, ...], ...]]:
+    """`groups` over at most `partitions` partitions of about equal size (size + open cost
+    per file): largest group first onto the least loaded partition. Each partition's
+    groups keep the fleet's order; empty partitions are left out."""
+    loads = [0] * max(partitions, 1)
+    members: list[list[int]] = [[] for _ in loads]
+    weights = [sum(_file_size(f) + open_cost_bytes for f in group) for group in groups]
+    for index in sorted(range(len(groups)), key=lambda i: (-weights[i], i)):
+        target = min(range(len(loads)), key=lambda p: (loads[p], p))
+        loads[target] += weights[index]
+        members[target].append(index)
+    return [tuple(groups[i] for i in sorted(m)) for m in members if m]
+
+
+def pack_groups(groups: list[tuple[FleetFile, ...]], max_bytes: int, open_cost_bytes: int
+                ) -> list[tuple[tuple[FleetFile, ...], ...]]:
+    """`pack_files` for groups of copies: consecutive groups, each kept whole."""
+    out: list[tuple[tuple[FleetFile, ...], ...]] = []
+    current: list[tuple[FleetFile, ...]] = []
+    current_bytes = 0
+    for group in groups:
+        size = sum(_file_size(f) + open_cost_bytes for f in group)
+        if current and current_bytes + size > max_bytes:
+            out.append(tuple(current))
+            current, current_bytes = [], 0
+        current.append(group)
+        current_bytes += size
+    if current:
+        out.append(tuple(current))
+    return out
 
 
 def arrow_batches(rows: Iterable[tuple], schema: StructType, batch_rows: int) -> Iterator:
@@ -103,24 +165,37 @@ def arrow_batches(rows: Iterable[tuple], schema: StructType, batch_rows: int) ->
 
 class KraftwerkReader(DataSourceReader):
     def __init__(self, path: str, max_partition_bytes: int, open_cost_bytes: int, schema: StructType,
-                 arrow_batch_rows: int | None) -> None:
+                 arrow_batch_rows: int | None, copies: str = COPIES_ALL, partitions: int | None = None) -> None:
         self.path = path
         self.max_partition_bytes = max_partition_bytes
         self.open_cost_bytes = open_cost_bytes
         self.schema = schema
+        self.columns = tuple(schema.fieldNames())
         self.arrow_batch_rows = arrow_batch_rows  # None: yield tuples
+        self.copies = copies
+        self.partitions_wanted = partitions
 
     def partitions(self) -> list[InputPartition]:
-        groups = pack_files(fleet_files(self.path), self.max_partition_bytes, self.open_cost_bytes)
+        files = fleet_files(self.path)
+        # Copies are kept together only when they are to be compared; otherwise every
+        # file is its own group and the rows come in the reader's file order.
+        groups = columnar.copy_groups(files) if self.copies == COPIES_DISTINCT else [(f,) for f in files]
+        if self.partitions_wanted is not None:
+            planned = spread_groups(groups, self.partitions_wanted, self.open_cost_bytes)
+        else:
+            planned = pack_groups(groups, self.max_partition_bytes, self.open_cost_bytes)
         # Spark needs at least one partition; an empty fleet gives an empty one.
-        return [FleetFilesPartition(group) for group in groups] or [InputPartition(None)]
+        return [FleetFilesPartition(part) for part in planned] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator:
-        files = getattr(partition, "fleet_files", None) or ()
-        rows = chain.from_iterable(read_file(fleet_file) for fleet_file in files)
+        groups = getattr(partition, "groups", None) or ()
+        distinct = self.copies == COPIES_DISTINCT
         if self.arrow_batch_rows is None:
-            return rows
-        return arrow_batches(rows, self.schema, self.arrow_batch_rows)
+            indexes = [RECORD_FIELDS.index(name) for name in self.columns]
+            rows = chain.from_iterable(columnar.group_rows(group, distinct) for group in groups)
+            return (tuple(row[i] for i in indexes) for row in rows)
+        batches = chain.from_iterable(columnar.group_batches(group, self.columns, distinct) for group in groups)
+        return columnar.rebatch(batches, self.arrow_batch_rows)
 
 
 class KraftwerkDataSource(DataSource):
@@ -148,7 +223,39 @@ class KraftwerkDataSource(DataSource):
         batch_rows = int(self.options.get("arrowBatchRows", DEFAULT_ARROW_BATCH_ROWS))
         if batch_rows <= 0:
             raise ValueError("arrowBatchRows must be positive")
-        return KraftwerkReader(path, max_bytes, open_cost, schema, batch_rows if arrow == "true" else None)
+        copies = str(self.options.get("copies", COPIES_ALL)).strip().lower()
+        if copies not in (COPIES_ALL, COPIES_DISTINCT):
+            raise ValueError(f"the copies option is {COPIES_ALL!r} or {COPIES_DISTINCT!r}, not {copies!r}")
+        partitions = self.options.get("numPartitions")
+        if partitions is not None:
+            partitions = int(partitions)
+            if partitions <= 0:
+                raise ValueError("numPartitions must be positive")
+        _check_columns(schema)
+        return KraftwerkReader(path, max_bytes, open_cost, schema, batch_rows if arrow == "true" else None,
+                               copies, partitions)
+
+
+def _check_columns(schema: StructType) -> None:
+    """A schema given to the reader must be some of RECORD_SCHEMA's columns, same types."""
+    full = {f.name: f.dataType for f in _record_struct().fields}
+    for f in schema.fields:
+        if f.name not in full:
+            raise ValueError(f"the kraftwerk data source has no column {f.name!r} (columns: {', '.join(full)})")
+        if f.dataType != full[f.name]:
+            raise ValueError(f"column {f.name!r} is {full[f.name].simpleString()}, not {f.dataType.simpleString()}")
+
+
+def record_schema(columns: Iterable[str]) -> StructType:
+    """RECORD_SCHEMA's struct type narrowed to `columns` (in RECORD_FIELDS order)."""
+    wanted = set(columns)
+    return StructType([f for f in _record_struct().fields if f.name in wanted])
+
+
+def _record_struct() -> StructType:
+    # RECORD_SCHEMA as a StructType without a SparkContext (a reader's worker has none):
+    # from the Arrow schema, which tests/pipeline_source checks against RECORD_SCHEMA.
+    return from_arrow_schema(columnar.ARROW_SCHEMA)
 
 
 def register(spark: SparkSession) -> None:
@@ -157,11 +264,21 @@ def register(spark: SparkSession) -> None:
 
 
 def read_records(spark: SparkSession, path: str, max_partition_bytes: int | None = None,
-                 arrow: bool = True) -> DataFrame:
+                 arrow: bool = True, columns: Iterable[str] | None = None, copies: str | None = None,
+                 partitions: int | None = None) -> DataFrame:
+    """`spark.read.format("kraftwerk").load(path)` with the options spelled as arguments:
+    `columns` (a subset of RECORD_FIELDS; None = all), `copies` ("all" or "distinct"),
+    `partitions` (numPartitions)."""
     register(spark)
     reader = spark.read.format(FORMAT_NAME)
+    if columns is not None:
+        reader = reader.schema(record_schema(columns))
     if max_partition_bytes is not None:
         reader = reader.option("maxPartitionBytes", str(max_partition_bytes))
     if not arrow:
         reader = reader.option("arrow", "false")
+    if copies is not None:
+        reader = reader.option("copies", copies)
+    if partitions is not None:
+        reader = reader.option("numPartitions", str(partitions))
     return reader.load(str(path))

@@ -24,12 +24,33 @@ from typing import Callable, Mapping
 from pyspark.sql import SparkSession
 
 from pipeline import report, transforms
-from pipeline.datasource import read_records
+from pipeline.datasource import COPIES_DISTINCT, read_records
 from pipeline.reader import fleet_nodes
+from pipeline.schema import RECORD_FIELDS
 
 TABLES = ("features_audit", "upgrade_readiness", "broker_timeline", "errors")
 REPORT_FILE = "report.html"
 NODES_SCHEMA = "cluster string, node_id int, role string, release string"
+# The columns the transforms read: fields_json and record_version are for people
+# querying the records themselves, and fields_json (every field of every record as JSON)
+# is by far the dearest column to produce.
+JOB_COLUMNS = tuple(name for name in RECORD_FIELDS if name not in ("fields_json", "record_version"))
+# The stream's columns the tables read (features_audit, broker_timeline, upgrade_readiness).
+STREAM_COLUMNS = ("cluster", "cluster_id", "offset", "batch_timestamp_ms", "source", "record_type", "feature",
+                  "broker")
+# Read partitions per core: enough that a slow partition does not leave a core idle at
+# the end, few enough that the per-task cost (a Python worker's turn, planning) stays small.
+PARTITIONS_PER_CORE = 3
+
+
+def read_job_records(spark, fleet: str | Path):
+    """The records DataFrame the job's tables are built from: only JOB_COLUMNS, and
+    without the controllers' byte-identical copies of a file, which `dedupe` would drop
+    and which can hold no error row their twin does not also report (the argument is
+    pipeline/columnar.py's docstring). Every table of the job is the same as from the
+    full records."""
+    partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
+    return read_records(spark, str(fleet), columns=JOB_COLUMNS, copies=COPIES_DISTINCT, partitions=partitions)
 
 Progress = Callable[[str], None]
 
@@ -44,19 +65,25 @@ class RunResult:
 
 def build_tables(records_df, nodes_df=None) -> dict:
     """The four output DataFrames (lazy) from a records DataFrame (pipeline/schema.py),
-    plus "stream", the cached record stream they share, and "records", the cached input
-    (write_outputs releases both)."""
+    plus "stream", the cached record stream they share, "timeline", the cached broker
+    timeline (a table, and the base of upgrade_readiness), and "records", the cached
+    input (write_outputs releases all three)."""
     # The input is read once: dedupe scans it several times (log rows, snapshot rows,
     # log starts), and every scan of the Python data source starts Python workers.
     records_df = records_df.cache()
-    stream = transforms.dedupe(records_df).cache()
+    # Only the columns the tables read are cached (which controller's copy a record came
+    # from, node_id / file / leader_epoch, matters to dedupe, not after it).
+    stream = transforms.dedupe(records_df).select(*STREAM_COLUMNS).cache()
+    # The timeline is a table of its own and the base of upgrade_readiness: built once.
+    timeline = transforms.broker_timeline(stream).cache()
     return {
         "features_audit": transforms.features_audit(stream),
-        "upgrade_readiness": transforms.upgrade_readiness(stream, nodes_df),
-        "broker_timeline": transforms.broker_timeline(stream),
+        "upgrade_readiness": transforms.upgrade_readiness(stream, nodes_df, timeline),
+        "broker_timeline": timeline,
         "errors": transforms.errors(records_df),
         "stream": stream,
         "records": records_df,
+        "timeline": timeline,
     }
 
 
@@ -70,7 +97,7 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
         progress(f"pipeline: writing {name} -> {path}")
         tables[name].write.mode("overwrite").parquet(str(path))
         paths[name] = path
-    for cached in ("stream", "records"):
+    for cached in ("stream", "records", "timeline"):
         if cached in tables:
             tables[cached].unpersist()
 
@@ -94,15 +121,22 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
 
 
 SHUFFLE_PARTITIONS = 8
+# The JVM's heap when this process starts it (local mode: the driver is the executor).
+# The job caches the records, the stream and the timeline; Spark's default of 1g spills
+# a fleet of millions of records to disk. Ignored when a JVM is running already.
+DRIVER_MEMORY = "3g"
 
 
 def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
-                  shuffle_partitions: int = SHUFFLE_PARTITIONS):
+                  shuffle_partitions: int = SHUFFLE_PARTITIONS, driver_memory: str | None = DRIVER_MEMORY):
     """The session the pipeline runs in (also the benchmark's and the tests')."""
     # Python workers must run this interpreter (the venv), not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if driver_memory:
+        builder = builder.config("spark.driver.memory", driver_memory)
     session = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -110,6 +144,14 @@ def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
         # The aggregated tables are small (a row per cluster or per change): Spark's
         # default of 200 shuffle partitions would make hundreds of empty tasks per stage.
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        # Spark sorts every partition before the shuffle of a "first row per key" window
+        # to cut rows early; dedupe's keys are near unique (one row per offset once the
+        # copies are skipped), so that is a second sort of every record for nothing.
+        .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
+        # Shuffle files and spills stay on this machine's disk (local mode): compressing
+        # them costs more CPU than the bytes it saves.
+        .config("spark.shuffle.compress", "false")
+        .config("spark.shuffle.spill.compress", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -137,7 +179,7 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
         spark = spark_session(master)
     try:
         progress(f"pipeline: reading {fleet}")
-        records = read_records(spark, str(fleet))
+        records = read_job_records(spark, fleet)
         nodes = _nodes_df(spark, fleet, progress)
         tables = build_tables(records, nodes)
         return write_outputs(spark, tables, out, progress, fleet=str(fleet))

@@ -2,8 +2,10 @@
 
 Owns: finding the files of a fleet (`fleet_files`, `fleet_nodes`), and turning
 one segment or snapshot file into rows of `pipeline.schema.RECORD_FIELDS`
-(`read_file`); `read_fleet` chains them for the plain-Python baseline. The
-Spark data source (pipeline/datasource.py) runs `read_file` once per partition.
+(`read_file`, built from `open_file` and `step`, one batch per step); `read_fleet`
+chains them for the plain-Python baseline. The Spark data source reads through
+pipeline/columnar.py, whose compiled fast path hands every batch it does not
+accept to `step`, so the rows and every error row are this module's.
 
 Fleet layout: `<fleet>/<cluster>/<node>/` where `<node>` is a node's
 metadata.log.dir (`meta.properties`, optional `node.properties`, and
@@ -565,53 +567,78 @@ def _segment_base_offset(f: FleetFile) -> int | None:
     return int(stem) if stem.isdigit() else None
 
 
-def read_file(f: FleetFile) -> Iterator[tuple]:
-    """The rows of one segment or snapshot file (see the module docstring)."""
+@dataclass(slots=True)
+class ScanState:
+    """Where the reading of one file stands between batches: the next position, and
+    for a segment the offset and the lowest epoch the next batch must have (None: not
+    known, after a damaged batch)."""
+
+    position: int
+    expected_offset: int | None
+    last_epoch: int = -1
+    done: bool = False
+
+
+def open_file(f: FleetFile, data: bytes | None = None) -> tuple[_FileContext, bytes | None, ScanState, tuple | None]:
+    """(context, the file's bytes or None, the initial state, the error row when the file
+    cannot be read). `data`: the file's bytes when the caller has read them already."""
     ctx = _context(f)
     try:
-        data = _read_bytes(f.path)
+        if data is None:
+            data = _read_bytes(f.path)
     except OSError as exc:
-        yield ctx.error_row(-1, None, f"cannot read file: {exc}")
-        return
-    position = 0
+        return ctx, None, ScanState(0, None, done=True), ctx.error_row(-1, None, f"cannot read file: {exc}")
     # A segment is named after its first offset and its batches follow each other
     # without gaps, in non-decreasing epochs. The base offset and the epoch lie outside
     # the batch CRC, so that continuity is what catches a damaged one.
-    is_log = ctx.snapshot_last_offset is None
-    prefix = ctx.prefix
-    expected_offset = _segment_base_offset(f) if is_log else None
-    last_epoch = -1
-    # Bounded: every round moves `position` forward by at least one byte or ends.
-    while position < len(data):
-        try:
-            batch, next_position = decode_batch(data, position, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES)
-        except DecodeError as exc:
-            row, claimed = _bad_batch_row(ctx, data, position, exc)
-            yield row
-            resumed = _resync(data, position, claimed)
-            if resumed is None:
-                return
-            position = resumed
-            expected_offset = None  # the bad batch's extent is unknown: trust the next one
-            continue
-        if expected_offset is not None and (batch.base_offset != expected_offset or batch.leader_epoch < last_epoch):
-            yield ctx.error_row(expected_offset, None,
-                                f"batch header damaged at byte {position}: base offset {batch.base_offset} "
-                                f"(expected {expected_offset}), leader epoch {batch.leader_epoch} (previous "
-                                f"{last_epoch})")
-            expected_offset += len(batch.records)
-            position = next_position
-            continue
-        if is_log:
-            expected_offset = batch.base_offset + len(batch.records)
-            last_epoch = batch.leader_epoch
-        if batch.is_control:
-            for record in batch.records:
-                yield _control_row(ctx, batch, record)
+    expected = _segment_base_offset(f) if ctx.snapshot_last_offset is None else None
+    return ctx, data, ScanState(0, expected), None
+
+
+def step(ctx: _FileContext, data: bytes, state: ScanState) -> list[tuple]:
+    """The rows of the one batch at `state.position` (one error row for a bad batch);
+    moves `state` past it (or marks it done when no later batch can be found). The
+    compiled fast path (pipeline/_columnar.c) hands every batch it does not accept to
+    this function, so every error row comes from here."""
+    position = state.position
+    try:
+        batch, next_position = decode_batch(data, position, max_batch_bytes=DEFAULT_MAX_BATCH_BYTES)
+    except DecodeError as exc:
+        row, claimed = _bad_batch_row(ctx, data, position, exc)
+        resumed = _resync(data, position, claimed)
+        if resumed is None:
+            state.done = True
         else:
-            for record in batch.records:
-                yield _metadata_row(ctx, prefix, batch, record)
-        position = next_position
+            state.position = resumed
+        state.expected_offset = None  # the bad batch's extent is unknown: trust the next one
+        return [row]
+    expected_offset = state.expected_offset
+    if expected_offset is not None and (batch.base_offset != expected_offset or batch.leader_epoch < state.last_epoch):
+        state.expected_offset = expected_offset + len(batch.records)
+        state.position = next_position
+        return [ctx.error_row(expected_offset, None,
+                              f"batch header damaged at byte {position}: base offset {batch.base_offset} "
+                              f"(expected {expected_offset}), leader epoch {batch.leader_epoch} (previous "
+                              f"{state.last_epoch})")]
+    if ctx.snapshot_last_offset is None:
+        state.expected_offset = batch.base_offset + len(batch.records)
+        state.last_epoch = batch.leader_epoch
+    state.position = next_position
+    if batch.is_control:
+        return [_control_row(ctx, batch, record) for record in batch.records]
+    prefix = ctx.prefix
+    return [_metadata_row(ctx, prefix, batch, record) for record in batch.records]
+
+
+def read_file(f: FleetFile) -> Iterator[tuple]:
+    """The rows of one segment or snapshot file (see the module docstring)."""
+    ctx, data, state, failure = open_file(f)
+    if failure is not None:
+        yield failure
+        return
+    # Bounded: every step moves `state.position` forward by at least one byte or ends.
+    while not state.done and state.position < len(data):
+        yield from step(ctx, data, state)
 
 
 def read_fleet(root: str | os.PathLike[str]) -> Iterator[tuple]:

@@ -166,7 +166,9 @@ def dedupe(records_df: DataFrame) -> DataFrame:
     )
     log_rows = log.withColumn("_rank", F.row_number().over(by_offset)).where(F.col("_rank") == 1).drop("_rank")
 
-    log_start = log_rows.groupBy("cluster").agg(F.min("offset").alias("_log_start"))
+    # log_rows holds exactly one row for each (cluster, offset) of `log`, so their lowest
+    # offsets agree: taken from `log`, the log start needs no second pass of the window.
+    log_start = log.groupBy("cluster").agg(F.min("offset").alias("_log_start"))
     snapshot_rows = good.where(
         (F.col("source") == "snapshot") & ~F.col("record_type").isin(*SNAPSHOT_CONTROL_RECORDS)
     )
@@ -191,8 +193,16 @@ def dedupe(records_df: DataFrame) -> DataFrame:
     from_snapshot = snapshot_rows.join(F.broadcast(chosen), ["cluster", "file"])
     before_log = from_snapshot.where(F.col("_log_start").isNull() | (F.col("offset") < F.col("_log_start")))
 
-    log_levels = log_rows.where(F.col("record_type") == FEATURE_LEVEL_RECORD).select(
-        F.col("cluster").alias("_cluster"), F.col("feature.name").alias("_feature"), F.col("offset").alias("_log_offset")
+    # The kept FeatureLevelRecords of the log. A kept row is a FeatureLevelRecord only at
+    # an offset where some copy has one, so the window is run again only over the rows
+    # at those (few) offsets instead of over the whole log.
+    level_offsets = log.where(F.col("record_type") == FEATURE_LEVEL_RECORD).select("cluster", "offset").distinct()
+    log_levels = (
+        log.join(F.broadcast(level_offsets), ["cluster", "offset"], "left_semi")
+        .withColumn("_rank", F.row_number().over(by_offset))
+        .where((F.col("_rank") == 1) & (F.col("record_type") == FEATURE_LEVEL_RECORD))
+        .select(F.col("cluster").alias("_cluster"), F.col("feature.name").alias("_feature"),
+                F.col("offset").alias("_log_offset"))
     )
     carried_levels = (
         from_snapshot.where(
@@ -368,7 +378,8 @@ def _plural_role(role: Column, count: Column) -> Column:
     return F.when(count == 1, role).otherwise(F.concat(role, F.lit("s")))
 
 
-def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None) -> DataFrame:
+def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
+                      timeline: DataFrame | None = None) -> DataFrame:
     """Per cluster: where its metadata.version stands and what holds it back.
 
     Definitions (per cluster, over its registered brokers at the end of the stream, plus
@@ -391,12 +402,19 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None) -> D
     (array of broker_id, broker_epoch, release, mv_min, mv_max, fenced), broker_count,
     controllers (array of node_id, release, mv_min, mv_max; empty without nodes_df),
     supported_mv_level, supported_mv, target_mv_level, target_mv, latest_production_mv,
-    blockers, verdict."""
+    blockers, verdict.
+    `timeline`: `broker_timeline(stream)` when the caller has it already (the job caches it
+    for its own table), else it is built here."""
+    # The largest cluster id of a cluster is the largest of its distinct ones: taken over
+    # the few distinct pairs, a string maximum does not make Spark sort every record
+    # (it aggregates strings by sorting, numbers by hashing).
+    cluster_ids = stream.select("cluster", "cluster_id").distinct().groupBy("cluster").agg(
+        F.max("cluster_id").alias("cluster_id")
+    )
     clusters = stream.groupBy("cluster").agg(
-        F.max("cluster_id").alias("cluster_id"),
         F.max("offset").alias("last_offset"),
         F.timestamp_millis(F.max("batch_timestamp_ms")).alias("last_timestamp"),
-    )
+    ).join(cluster_ids, "cluster").select("cluster", "cluster_id", "last_offset", "last_timestamp")
 
     level_records = stream.where((F.col("record_type") == FEATURE_LEVEL_RECORD) & F.col("feature").isNotNull())
     finalized = (
@@ -418,7 +436,8 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None) -> D
         )
     )
 
-    timeline = broker_timeline(stream)
+    if timeline is None:
+        timeline = broker_timeline(stream)
     latest_first = Window.partitionBy("cluster", "broker_id").orderBy(
         F.col("offset").desc(), F.col("event_index").desc()
     )
