@@ -56,6 +56,36 @@ if TYPE_CHECKING:
 log = get_logger("net")
 
 _SIZE = struct.Struct(">i")
+_SIZE_AND_CORRELATION = struct.Struct(">ii")
+_INT16 = struct.Struct(">h")
+_NO_TAGGED_FIELDS = b"\x00"
+
+
+def read_request_header(frame: bytes, header_version: int) -> tuple[str | None, int]:
+    """(client id, offset of the body) of a request frame (without its size prefix),
+    failing with DecodeError exactly where `REQUEST_HEADER.decode` does. The usual
+    header (v1 or v2: api key, version, correlation id, a nullable client id, for v2
+    no tagged fields) is read in place; anything else goes through the declaration,
+    which also words the errors."""
+    if header_version >= 1 and len(frame) >= 10:
+        size = _INT16.unpack_from(frame, 8)[0]
+        position = -1
+        client_id = None
+        if size == -1:
+            position = 10
+        elif 0 <= size <= len(frame) - 10:
+            try:
+                client_id = frame[10:10 + size].decode("utf-8")
+                position = 10 + size
+            except UnicodeDecodeError:
+                pass
+        if position >= 0 and header_version == 2:
+            position = position + 1 if frame[position:position + 1] == _NO_TAGGED_FIELDS else -1
+        if position >= 0:
+            return client_id, position
+    stream = BytesIO(frame)
+    header = REQUEST_HEADER.decode(header_version, stream)
+    return header.client_id, stream.tell()
 
 
 class Dispatcher:
@@ -74,14 +104,17 @@ class Dispatcher:
 
     # -- encoding -----------------------------------------------------------
     def encode_response(self, api: "ServedApi", version: int, correlation_id: int, body: dict) -> bytes:
-        header_version = api.response_header_version(version)
+        header_version = api.response_header_versions[version]
+        if body.__class__ is bytes:
+            # Pre-encoded (cached) body: size, correlation id, the header's empty tagged
+            # fields (v1), body, in one concatenation.
+            if header_version == 0:
+                return _SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body
+            return _SIZE_AND_CORRELATION.pack(len(body) + 5, correlation_id) + _NO_TAGGED_FIELDS + body
         stream = BytesIO()
         stream.write(b"\x00\x00\x00\x00")
         stream.write(encode_response_header(correlation_id, header_version))
-        if body.__class__ is bytes:
-            stream.write(body)  # pre-encoded (cached) body
-        else:
-            api.response.encode_into(version, body, stream)
+        api.response.encode_into(version, body, stream)
         payload = stream.getbuffer()
         _SIZE.pack_into(payload, 0, len(payload) - 4)
         del payload
@@ -129,17 +162,18 @@ class Dispatcher:
             raise CloseConnection()
         stream = BytesIO(frame)
         try:
-            header = REQUEST_HEADER.decode(api.request_header_version(version), stream)
+            client_id, body_offset = read_request_header(frame, api.request_header_versions[version])
+            stream.seek(body_offset)
             request = api.request.decode(version, stream)
         except DecodeError as exc:
             log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
                         api=api_name(api_key), api_version=version, error=str(exc))
             self.metrics.request_errors.labels("decode").inc()
             raise CloseConnection() from None
-        correlation_id = header.correlation_id
+        correlation_id = _SIZE.unpack_from(frame, 4)[0]
         if gated:
             return self._refuse_gated(conn, api, version, correlation_id, request)
-        ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn, self.node)
+        ctx = RequestContext(api_key, version, correlation_id, client_id, conn, self.node)
         counter = self._request_counters.get((api_key, version))
         if counter is None:
             counter = self.metrics.requests.labels(api.name, str(version))
@@ -184,7 +218,7 @@ class Dispatcher:
             raise CloseConnection() from None
         if self._log_requests:
             log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
-                      client_id=header.client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+                      client_id=client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
         return payload
 
     async def _run_async(self, api: "ServedApi", ctx: RequestContext, request, slot: PendingResponse,

@@ -41,21 +41,26 @@ def _refusal(code: int) -> dict:
 def handle(ctx, request):
     services: NodeServices = ctx.services
     version = ctx.api_version
+    # Fields are read as items: an attribute of a decoded message is found only after a
+    # failed ordinary lookup (an AttributeError per read), and this is the hottest request.
     # Kafka's order: a malformed request (v5: ClusterId and NodeId come both or neither;
     # v3+: the software name and version), then one meant for another node (KIP-1242).
-    if version >= 5 and (request.cluster_id is None) != (request.node_id == -1):
-        return _refusal(ErrorCode.INVALID_REQUEST)
+    if version >= 5:
+        cluster_id = request["cluster_id"]
+        node_id = request["node_id"]
+        if (cluster_id is None) != (node_id == -1):
+            return _refusal(ErrorCode.INVALID_REQUEST)
     if version >= 3:
-        name = request.client_software_name
-        software_version = request.client_software_version
+        name = request["client_software_name"]
+        software_version = request["client_software_version"]
         if not (SOFTWARE_PATTERN.fullmatch(name) and SOFTWARE_PATTERN.fullmatch(software_version)):
             return _refusal(ErrorCode.INVALID_REQUEST)
-    if version >= 5 and services.is_broker and request.cluster_id is not None and (
-            request.cluster_id != services.cluster_id or request.node_id != services.node_id):
+    if version >= 5 and services.is_broker and cluster_id is not None and (
+            cluster_id != services.cluster_id or node_id != services.node_id):
         return _refusal(ErrorCode.REBOOTSTRAP_REQUIRED)
     if version >= 3:
-        ctx.connection.client_software = (request.client_software_name, request.client_software_version)
-        ctx.connection.renegotiates = request.client_software_name == NODE_SOFTWARE_NAME
+        ctx.connection.client_software = (name, software_version)
+        ctx.connection.renegotiates = name == NODE_SOFTWARE_NAME
     # Read together with the body (a sync handler: no level change in between), so the
     # connection remembers exactly the ranges this answer lists.
     ctx.connection.remember_advertised(services.advertised_ranges())

@@ -99,14 +99,26 @@ class FrameDecoder:
         if self._broken is not None:
             raise self._broken
         buffer = self._buffer
-        if self._need < 0:
+        need = self._need
+        if need < 0:
             if len(buffer) < SIZE_PREFIX_BYTES:
                 return None
-            self._take_prefix()
-        if len(buffer) < self._need:
+            need = _SIZE.unpack_from(buffer, 0)[0]
+            if need < 0 or need > self._max_frame_bytes:
+                self._take_prefix()  # words the error, breaks the decoder, raises
+            end = SIZE_PREFIX_BYTES + need
+            if len(buffer) >= end:
+                # The whole frame is here (the usual case): prefix and body in one go.
+                frame = bytes(buffer[SIZE_PREFIX_BYTES:end])
+                del buffer[:end]
+                return frame
+            del buffer[:SIZE_PREFIX_BYTES]
+            self._need = need
             return None
-        frame = bytes(buffer[: self._need])
-        del buffer[: self._need]
+        if len(buffer) < need:
+            return None
+        frame = bytes(buffer[:need])
+        del buffer[:need]
         self._need = -1
         return frame
 
