@@ -77,27 +77,6 @@ class FleetFilesPartition(InputPartition):
         return tuple(f for group in self.groups for f in group)
 
 
-def pack_files(files: list[FleetFile], max_bytes: int, open_cost_bytes: int) -> list[tuple[FleetFile, ...]]:
-    """Consecutive files grouped so that each group's size (plus an open cost per file)
-    stays within `max_bytes`; a file larger than that is a group of its own."""
-    groups: list[tuple[FleetFile, ...]] = []
-    current: list[FleetFile] = []
-    current_bytes = 0
-    for f in files:
-        try:
-            size = os.path.getsize(f.path) + open_cost_bytes
-        except OSError:
-            size = open_cost_bytes  # the reader reports it as an error row
-        if current and current_bytes + size > max_bytes:
-            groups.append(tuple(current))
-            current, current_bytes = [], 0
-        current.append(f)
-        current_bytes += size
-    if current:
-        groups.append(tuple(current))
-    return groups
-
-
 def _file_size(f: FleetFile) -> int:
     try:
         return os.path.getsize(f.path)
@@ -122,7 +101,9 @@ def spread_groups(groups: list[tuple[FleetFile, ...]], partitions: int, open_cos
 
 def pack_groups(groups: list[tuple[FleetFile, ...]], max_bytes: int, open_cost_bytes: int
                 ) -> list[tuple[tuple[FleetFile, ...], ...]]:
-    """`pack_files` for groups of copies: consecutive groups, each kept whole."""
+    """Consecutive groups (copies of one file) packed so that each partition's size (plus
+    an open cost per file) stays within `max_bytes`; a group is never split, and one
+    larger than that is a partition of its own."""
     out: list[tuple[tuple[FleetFile, ...], ...]] = []
     current: list[tuple[FleetFile, ...]] = []
     current_bytes = 0

@@ -5,29 +5,19 @@ No timing is asserted: timing targets live in bench/, never in tests."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from .bench_runner import run_bench
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_TIMEOUT_S = 300.0
 BROKERS = 2
 
 
 def test_the_fanout_bench_reports_its_fields_for_two_brokers(tmp_path):
-    out = tmp_path / "result.json"
     (tmp_path / "work").mkdir()
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_brokers.py"), "fanout", "--brokers", str(BROKERS),
-         "--budget-s", "240", "--dir", str(tmp_path / "work"), "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    report = json.loads(out.read_text())
+    report, stdout = run_bench("bench_brokers.py", "fanout", "--brokers", str(BROKERS), "--budget-s", "240",
+                               "--dir", str(tmp_path / "work"), json_path=tmp_path / "result.json")
     assert len(report["load_start"]) == 3 and len(report["load_end"]) == 3
     assert report["skipped"] == []
     cell = report["results"][str(BROKERS)]
@@ -48,6 +38,6 @@ def test_the_fanout_bench_reports_its_fields_for_two_brokers(tmp_path):
     assert floor["api_versions_answered"] == 3 * BROKERS
     assert floor["snapshot_bytes_median"] > 0  # each broker snapshotted before a metadata.version change
     assert floor["total_s"] == pytest.approx(floor["append_s"] + floor["snapshot_s"] + floor["api_versions_s"])
-    assert "| N | to | renegotiated |" in finished.stdout
-    assert "| N | N appends+fsync ms (serial) |" in finished.stdout
-    assert "load average at start:" in finished.stdout
+    assert "| N | to | renegotiated |" in stdout
+    assert "| N | N appends+fsync ms (serial) |" in stdout
+    assert "load average at start:" in stdout

@@ -5,29 +5,20 @@ No timing is asserted: timing targets live in bench/, never in tests."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from .bench_runner import run_bench
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_TIMEOUT_S = 300.0
 PHASES = ("before", "catch_up", "add", "after")
 
 
 def test_the_dynamic_quorum_bench_reports_its_fields_at_1k_records(tmp_path):
-    out = tmp_path / "result.json"
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_dynamic_quorum.py"), "--sizes", "1000",
-         "--dir", str(tmp_path / "work"), "--json", str(out),
-         "--catch-up-timeout-s", "120", "--add-timeout-s", "60", "--timeout-s", "240"],
-        cwd=REPO, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    (result,) = json.loads(out.read_text())["results"]
+    report, stdout = run_bench("bench_dynamic_quorum.py", "--sizes", "1000", "--dir", str(tmp_path / "work"),
+                               "--catch-up-timeout-s", "120", "--add-timeout-s", "60", "--timeout-s", "240",
+                               json_path=tmp_path / "result.json")
+    (result,) = report["results"]
     assert "error" not in result, result["error"]
     assert result["records"] == 1000
     for key in ("fill_s", "fill_records_per_s", "snapshot_end_offset", "snapshot_file_bytes",
@@ -48,4 +39,4 @@ def test_the_dynamic_quorum_bench_reports_its_fields_at_1k_records(tmp_path):
         assert stats["writes"] >= 1 and stats["errors"] == 0, (phase, stats)
         assert stats["p50_ms"] is not None and stats["max_ms"] is not None, (phase, stats)
     assert result["restart"]["spawn_to_caught_up_s"] is not None
-    assert "| 1,000 | add |" in finished.stdout
+    assert "| 1,000 | add |" in stdout

@@ -5,28 +5,21 @@ round-cost mode. No timing is asserted: timing targets live in bench/, never in 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from server.zk.process import zookeeper_missing
 
+from .bench_runner import run_bench
+
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 BENCH_TIMEOUT_S = 600.0
 
 
-def run_bench(tmp_path: Path, *args: str) -> tuple[dict, str]:
-    out = tmp_path / "result.json"
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_migration.py"), *args, "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    return json.loads(out.read_text()), finished.stdout
+def run_migration_bench(tmp_path: Path, *args: str) -> tuple[dict, str]:
+    return run_bench("bench_migration.py", *args, json_path=tmp_path / "result.json", timeout_s=BENCH_TIMEOUT_S)
 
 
 def test_the_migration_bench_reports_the_copy_and_the_dual_write_lag_at_100_partitions(tmp_path):
@@ -34,7 +27,7 @@ def test_the_migration_bench_reports_the_copy_and_the_dual_write_lag_at_100_part
     if reason is not None:
         pytest.skip(f"ZooKeeper unavailable: {reason}")
     (tmp_path / "work").mkdir()
-    results, stdout = run_bench(tmp_path, "--sizes", "100", "--rates", "20", "--duration-s", "2",
+    results, stdout = run_migration_bench(tmp_path, "--sizes", "100", "--rates", "20", "--duration-s", "2",
                                 "--no-zk-fsync", "--dir", str(tmp_path / "work"))
     assert results["not_run"] == []
     assert len(results["load_start"]) == 3 and len(results["load_end"]) == 3
@@ -55,7 +48,7 @@ def test_the_migration_bench_reports_the_copy_and_the_dual_write_lag_at_100_part
 
 
 def test_the_round_cost_mode_reports_both_ways_per_size(tmp_path):
-    results, stdout = run_bench(tmp_path, "--round-cost", "--sizes", "100,1000")
+    results, stdout = run_migration_bench(tmp_path, "--round-cost", "--sizes", "100,1000")
     assert [row["partitions"] for row in results["round_cost"]] == [100, 1000]
     for row in results["round_cost"]:
         assert row["rounds"] >= 2 and row["whole_ms"] > 0 and row["scoped_ms"] > 0

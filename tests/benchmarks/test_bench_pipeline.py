@@ -6,36 +6,30 @@ never in tests."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from .bench_runner import run_bench
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
 BENCH_TIMEOUT_S = 900.0
 
 
 def test_the_pipeline_bench_reports_its_fields_at_a_tiny_size(tmp_path):
     if shutil.which("java") is None:
         pytest.skip("java is not installed (PySpark needs Java 17)")
-    out = tmp_path / "result.json"
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_pipeline.py"), "--sizes", "3000", "--clusters", "2",
-         "--masters", "local[1]", "--workers", "1", "--no-warmup", "--e2e", "--budget-s", "800",
-         "--fleet-dir", str(tmp_path / "fleets"), "--json", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    result = json.loads(out.read_text())
+    result, stdout = run_bench("bench_pipeline.py", "--sizes", "3000", "--clusters", "2", "--masters", "local[1]",
+                               "--workers", "1", "--no-warmup", "--e2e", "--budget-s", "800",
+                               "--fleet-dir", str(tmp_path / "fleets"), json_path=tmp_path / "result.json",
+                               timeout_s=BENCH_TIMEOUT_S, env=env)
     assert result["masters"] == ["local[1]"] and result["copies"] == "distinct"
     assert len(result["load_start"]) == len(result["load_end"]) == 3
     assert result["pending"] == []
@@ -48,5 +42,5 @@ def test_the_pipeline_bench_reports_its_fields_at_a_tiny_size(tmp_path):
         assert size[key] > 0, key
     assert set(size["spark_s"]) == set(size["e2e_s"]) == {"local[1]"}
     assert size["spark_s"]["local[1]"] > 0 and size["e2e_s"]["local[1]"] > 0
-    assert "| records | rows | files | MB | raw read s | baseline s |" in finished.stdout
-    assert "rate / raw read rate" in finished.stdout
+    assert "| records | rows | files | MB | raw read s | baseline s |" in stdout
+    assert "rate / raw read rate" in stdout

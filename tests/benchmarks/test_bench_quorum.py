@@ -5,28 +5,18 @@ No timing is asserted: timing targets live in bench/, never in tests."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from .bench_runner import run_bench
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_TIMEOUT_S = 300.0
 KINDS = ("fsync", "rtt", "skeleton", "validate", "commit", "commit_mv")
 
 
 def test_the_commit_latency_bench_reports_every_kind_against_its_floor(tmp_path):
-    out = tmp_path / "result.json"
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_quorum.py"), "latency", "--iterations", "20",
-         "--mv-iterations", "10", "--dir", str(tmp_path), "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    results = json.loads(out.read_text())
+    results, stdout = run_bench("bench_quorum.py", "latency", "--iterations", "20", "--mv-iterations", "10",
+                                "--dir", str(tmp_path), json_path=tmp_path / "result.json")
     for kind in KINDS:
         stats = results["kinds"][kind]
         assert stats["samples"] >= 10, kind
@@ -36,5 +26,5 @@ def test_the_commit_latency_bench_reports_every_kind_against_its_floor(tmp_path)
     assert results["commits_verified"] >= 30
     assert results["floor_p50_us"] == results["kinds"]["fsync"]["p50_us"] + results["kinds"]["rtt"]["p50_us"]
     assert len(results["load_start"]) == len(results["load_end"]) == 3
-    assert "| UpdateFeatures committed by the quorum (group.version, 1 record) |" in finished.stdout
-    assert "load average (1/5/15 min) at start" in finished.stdout
+    assert "| UpdateFeatures committed by the quorum (group.version, 1 record) |" in stdout
+    assert "load average (1/5/15 min) at start" in stdout

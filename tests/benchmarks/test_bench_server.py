@@ -5,30 +5,20 @@ tables printed. No timing is asserted: timing targets live in bench/, never in t
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from .bench_runner import run_bench
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_TIMEOUT_S = 300.0
 CASES = {"1 conn": (1, 1), "64 conns": (64, 1), "1 conn x32 pipelined": (1, 32)}
 FIELDS = ("count", "elapsed_s", "rate", "p50_us", "p99_us", "server_cpu_s", "loadgen_cpu_s", "other_cpu_s",
           "response_bytes")
 
 
 def test_the_server_bench_reports_every_case_for_both_servers(tmp_path):
-    out = tmp_path / "result.json"
-    finished = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_server.py"), "--warmup-s", "0.05", "--duration-s", "0.2",
-         "--rounds", "2", "--dir", str(tmp_path / "work"), "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=BENCH_TIMEOUT_S)
-    assert finished.returncode == 0, finished.stdout[-4000:] + finished.stderr[-4000:]
-    document = json.loads(out.read_text())
+    document, stdout = run_bench("bench_server.py", "--warmup-s", "0.05", "--duration-s", "0.2", "--rounds", "2",
+                                 "--dir", str(tmp_path / "work"), json_path=tmp_path / "result.json")
     assert document["rounds"] == 2
     assert len(document["load_average_start"]) == 3 and len(document["load_average_end"]) == 3
     assert document["request_bytes"] == 55 and document["same_request_as_kafka_python"] is True
@@ -48,6 +38,6 @@ def test_the_server_bench_reports_every_case_for_both_servers(tmp_path):
                 assert result["response_bytes"] == response_bytes
         assert set(case["ratios"]) == {"rate", "p50", "p99", "cpu_per_request"}
         assert len(case["ratios_per_round"]) == 2
-    assert "Load average (1, 5, 15 min) at start" in finished.stdout
-    assert "| 1 conn x32 pipelined | kraftwerk |" in finished.stdout
-    assert "| 1 conn x32 pipelined | canned |" in finished.stdout
+    assert "Load average (1, 5, 15 min) at start" in stdout
+    assert "| 1 conn x32 pipelined | kraftwerk |" in stdout
+    assert "| 1 conn x32 pipelined | canned |" in stdout

@@ -54,18 +54,25 @@ def test_work_splits_by_whole_files_packed_up_to_a_byte_bound(spark, fleet):
     assert sorted(one_each.collect()) == sorted(read_records(spark, str(fleet)).collect())
 
 
-def test_pack_files_keeps_whole_files_in_order(tmp_path):
-    from pipeline.datasource import pack_files
+def test_pack_groups_keeps_whole_groups_in_order(tmp_path):
+    from pipeline.datasource import pack_groups
     from pipeline.reader import FleetFile
 
-    paths = []
+    groups = []
     for index, size in enumerate((10, 30, 25, 70, 5)):
         path = tmp_path / f"{index}.log"
         path.write_bytes(b"x" * size)
-        paths.append(FleetFile("c", None, 1, "log", str(path), path.name))
-    groups = pack_files(paths, max_bytes=50, open_cost_bytes=2)
-    assert [[f.relative_path for f in group] for group in groups] == [
-        ["0.log", "1.log"], ["2.log"], ["3.log"], ["4.log"]]
+        groups.append((FleetFile("c", None, 1, "log", str(path), path.name),))
+    # Two copies of one file stay together even past the bound.
+    copies = []
+    for node in (1, 2):
+        path = tmp_path / f"copy-{node}.log"
+        path.write_bytes(b"x" * 20)
+        copies.append(FleetFile("c", None, node, "log", str(path), path.name))
+    groups.insert(1, tuple(copies))
+    partitions = pack_groups(groups, max_bytes=50, open_cost_bytes=2)
+    assert [[[f.relative_path for f in group] for group in partition] for partition in partitions] == [
+        [["0.log"]], [["copy-1.log", "copy-2.log"]], [["1.log"]], [["2.log"]], [["3.log"]], [["4.log"]]]
 
 
 def test_nested_columns_are_queryable(spark, fleet):

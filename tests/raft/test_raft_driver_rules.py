@@ -44,33 +44,22 @@ async def lone_leader(tmp_path, seed: int, **settings):
 
 
 async def test_a_single_voter_leads_commits_and_keeps_its_data_across_a_restart(tmp_path):
-    voters = frozenset({1})
-    config = RaftConfig(node_id=1, voters=voters, cluster_id=CLUSTER, election_timeout_ms=200)
     epochs = []
     started_ms = time.time_ns() // 1_000_000
     for incarnation in range(2):
-        log = MetadataLog.open(tmp_path)
-        try:
-            driver = RaftDriver(config, MetadataRaftLog(log), FileQuorumStateStore(tmp_path, CLUSTER, voters), {},
-                                random.Random(incarnation))
-            async with trio.open_nursery() as nursery:
-                await nursery.start(driver.run)
-                with trio.fail_after(10):
-                    while not driver.leader_ready:
-                        await driver.wait_changed()
-                    epochs.append(driver.epoch)
-                    base, epoch = await driver.propose([f"value-{incarnation}".encode()])
-                    await driver.wait_committed(base, epoch)
-                    seen = []
-                    reader = driver.committed_reader(0)
-                    while not seen or seen[-1].next_offset < driver.high_watermark:
-                        seen.extend(await reader.next())
-                nursery.cancel_scope.cancel()
+        async with lone_leader(tmp_path, seed=incarnation) as driver:
+            with trio.fail_after(10):
+                epochs.append(driver.epoch)
+                base, epoch = await driver.propose([f"value-{incarnation}".encode()])
+                await driver.wait_committed(base, epoch)
+                seen = []
+                reader = driver.committed_reader(0)
+                while not seen or seen[-1].next_offset < driver.high_watermark:
+                    seen.extend(await reader.next())
             # Batches carry wall-clock time, as Kafka's (not the driver's trio clock).
+            log = driver.storage.metadata_log
             stamps = [batch.timestamp_ms for batch in decode_stored(log.read_raw(log.start_offset, 1 << 30))]
             assert stamps and all(started_ms <= stamp <= time.time_ns() // 1_000_000 for stamp in stamps), stamps
-        finally:
-            log.close()
         data = [value for batch in seen if isinstance(batch, CommittedBatch) and batch.control_type is None
                 for value in batch.values]
         assert data == [f"value-{index}".encode() for index in range(incarnation + 1)]
