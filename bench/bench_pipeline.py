@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
           + (", ".join(f"{m} {s:.1f} s" for m, s in warmup_s.items()) or "none")
           + f". {os.cpu_count()} CPUs.\n")
     # Rates are of the fleet's records (FleetSpec.clusters x records_per_cluster, as the
-    # summary counts them), the figure the goals are stated in.
+    # summary counts them): what a user means by "records", not the copies and snapshots.
     headers = ["records", "rows", "files", "MB", "raw read s", "baseline s"]
     for master in masters:
         headers += [f"{master} s", f"{master} rec/s", f"{master} / baseline"]

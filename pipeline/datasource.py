@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from itertools import chain, islice
+from itertools import chain
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -117,31 +117,6 @@ def pack_groups(groups: list[tuple[FleetFile, ...]], max_bytes: int, open_cost_b
     if current:
         out.append(tuple(current))
     return out
-
-
-def arrow_batches(rows: Iterable[tuple], schema: StructType, batch_rows: int) -> Iterator:
-    """`rows` (tuples in `schema`'s column order) as `pyarrow.RecordBatch`es of up to
-    `batch_rows` rows, typed exactly as Spark's own Arrow conversion of `schema`
-    types them (pyspark's `to_arrow_schema`, as its Python data source runner
-    calls it): Spark checks only the column names of a batch a reader yields."""
-    # deferred import: pyarrow (~0.1 s) is needed only in the Spark workers that read;
-    # the driver, which imports this module to register the data source, never loads it.
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(schema)
-    types = [f.type for f in arrow_schema]
-    rows = iter(rows)
-    # Bounded: every round takes at least one row from `rows` or ends.
-    while True:
-        chunk = list(islice(rows, batch_rows))
-        if not chunk:
-            return
-        # zip(*chunk) turns the rows into columns in C; pyarrow then converts each
-        # column (the struct columns from their tuples) in C as well.
-        columns = zip(*chunk)
-        arrays = [pa.array(column, type=arrow_type) for column, arrow_type in zip(columns, types)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 class KraftwerkReader(DataSourceReader):

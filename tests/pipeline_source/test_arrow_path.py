@@ -12,7 +12,8 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql.types import StructType  # noqa: E402
 
-from pipeline.datasource import arrow_batches, read_records, register  # noqa: E402
+from pipeline.columnar import rebatch, rows_to_batch  # noqa: E402
+from pipeline.datasource import read_records, register  # noqa: E402
 from pipeline.fake_fleet import FleetSpec, write_fleet  # noqa: E402
 from pipeline.reader import SOURCE_LOG, fleet_files, read_fleet  # noqa: E402
 from pipeline.schema import RECORD_FIELDS, RECORD_SCHEMA  # noqa: E402
@@ -86,12 +87,12 @@ def test_the_default_read_is_the_arrow_path_with_the_same_rows(spark, damaged_fl
     assert default == tuples
 
 
-def test_arrow_batches_split_rows_at_the_batch_size_and_keep_every_row(spark, damaged_fleet):
+def test_the_python_paths_batches_split_rows_at_the_batch_size_and_keep_every_row(spark, damaged_fleet):
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = StructType.fromDDL(RECORD_SCHEMA)
     rows = list(read_fleet(damaged_fleet))
-    batches = list(arrow_batches(iter(rows), schema, 1000))
+    batches = list(rebatch([rows_to_batch(rows, RECORD_FIELDS)], 1000))
     assert [b.num_rows for b in batches] == [1000] * (len(rows) // 1000) + [len(rows) % 1000]
     assert all(b.schema == to_arrow_schema(schema) for b in batches)
     # Row by row, the batches hold the reader's values (structs come back as dicts).
@@ -102,7 +103,7 @@ def test_arrow_batches_split_rows_at_the_batch_size_and_keep_every_row(spark, da
             for value in (converted[name] for name in RECORD_FIELDS))
         assert as_tuple == original
     assert list(back[0]) == list(RECORD_FIELDS)
-    assert list(arrow_batches(iter(()), schema, 1000)) == []
+    assert list(rebatch([rows_to_batch([], RECORD_FIELDS)], 1000)) == []
 
 
 @pytest.mark.parametrize("option, value", [("arrow", "maybe"), ("arrowBatchRows", "0")])
