@@ -178,7 +178,8 @@ def _open_node(node_class, config):
     # deferred import: only the node commands reach here; see cmd_broker.
     from server.nodes.startup import StartupError
 
-    configure_logging(config.log_level)
+    # A node configures logging once, for its lifetime: its loggers are built once.
+    configure_logging(config.log_level, cache_loggers=True)
     try:
         node = node_class(config)
     except ValueError as exc:  # a configuration the node cannot serve (e.g. an unknown SASL mechanism)

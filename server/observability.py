@@ -34,6 +34,7 @@ class Event(StrEnum):
     PEER_CONNECT_FAILED = "net.peer_connect_failed"
     PEER_CONNECTED = "net.peer_connected"
     PEER_DISCONNECTED = "net.peer_disconnected"
+    PEER_BAD_RESPONSE = "net.peer_bad_response"
     # Security and limits. Never log a password, a salted password or a key.
     TLS_HANDSHAKE_FAILED = "security.tls_handshake_failed"
     SASL_HANDSHAKE = "security.sasl_handshake"
@@ -180,8 +181,15 @@ class Event(StrEnum):
     MIGRATION_UPDATE_METADATA_SENT = "migration.update_metadata_sent"
 
 
-def configure_logging(level: str = "info", stream=None) -> None:
-    """JSON lines, one per event, with ISO timestamps; safe to call twice."""
+def configure_logging(level: str = "info", stream=None, *, cache_loggers: bool = False) -> None:
+    """JSON lines, one per event, with ISO timestamps; safe to call twice.
+
+    `cache_loggers`: each module's logger is built once, at its first use after this
+    call, instead of on every call (structlog's lazy proxy rebuilds it each time, ~5 µs,
+    even for a debug line the level filters out). For a process that configures logging
+    once and for good (a node); not where a later `configure` must take effect (tests
+    capture logs by reconfiguring).
+    """
     numeric = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
         processors=[
@@ -193,7 +201,7 @@ def configure_logging(level: str = "info", stream=None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(stream or sys.stderr),
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=cache_loggers,
     )
 
 

@@ -12,12 +12,17 @@ Rules kept here:
   its own timeout).
 - In-flight requests are bounded (`max_in_flight_requests`); callers wait for a
   slot rather than queue without limit.
+- `try_submit` sends without a task when nothing would wait (the Raft driver's
+  fetches: a task per request cost scheduling rounds on every commit); its answer
+  arrives by callback, exactly once, with the same bounds (timeout, drop).
 - The random source for jitter is injected, so tests are reproducible.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +90,18 @@ class _Waiter:
         self.decoded = False
 
 
+class _Submitted:
+    """A request sent by `try_submit`: no task waits for it; `on_done` is its answer."""
+
+    __slots__ = ("api_key", "version", "on_done", "deadline")
+
+    def __init__(self, api_key: int, version: int, on_done: Callable[[dict | None], None], deadline: float) -> None:
+        self.api_key = api_key
+        self.version = version
+        self.on_done = on_done
+        self.deadline = deadline
+
+
 class PeerConnection:
     def __init__(
         self,
@@ -107,8 +124,16 @@ class PeerConnection:
         self._connect_timeout_s = connect_timeout_s
         self._slots = trio.Semaphore(max_in_flight_requests)
         self._correlation = itertools.count(1)
-        self._pending: dict[int, _Waiter] = {}
+        self._pending: dict[int, _Waiter | _Submitted] = {}
         self._stream: trio.abc.Stream | None = None
+        # The connection's nursery (its read loop's), for the rest of a submitted request
+        # the socket did not take at once.
+        self._nursery: trio.Nursery | None = None
+        # Submitted requests by correlation id, and when the expiry task wakes next: a
+        # submit wakes it only for a deadline before that.
+        self._submitted: dict[int, _Submitted] = {}
+        self._expiry_at = math.inf
+        self._expiry_wakeup = trio.Event()
         self._connected = trio.Event()
         # Set (and replaced) when a connect attempt fails: wakes the requests that
         # asked to fail fast while they waited for a reconnect.
@@ -175,7 +200,9 @@ class PeerConnection:
             try:
                 async with trio.open_nursery() as nursery:
                     self._stream = stream
+                    self._nursery = nursery
                     nursery.start_soon(self._read_loop, stream)
+                    nursery.start_soon(self._expire_submitted)
                     with trio.fail_after(self._connect_timeout_s):
                         await self._negotiate()
                     attempt = 0
@@ -191,6 +218,7 @@ class PeerConnection:
                           error="; ".join(str(e) for e in group.exceptions))
             finally:
                 self._stream = None
+                self._nursery = None
                 self._connected = trio.Event()
                 self._fail_pending(PeerUnavailable(f"connection to node {self.address.node_id} lost"))
                 with trio.CancelScope(shield=True):
@@ -276,6 +304,9 @@ class PeerConnection:
                     waiter = self._pending.pop(correlation_id, None)
                     if waiter is None:
                         raise PeerUnavailable(f"unexpected correlation id {correlation_id}")
+                    if isinstance(waiter, _Submitted):
+                        self._answer_submitted(correlation_id, waiter, payload)
+                        continue
                     waiter.payload = payload
                     if waiter.on_response is not None:
                         self._deliver_early(waiter)
@@ -295,9 +326,92 @@ class PeerConnection:
 
     def _fail_pending(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
-        for waiter in pending.values():
-            waiter.error = error
-            waiter.event.set()
+        for correlation_id, waiter in pending.items():
+            if isinstance(waiter, _Submitted):
+                self._answer_submitted(correlation_id, waiter, None)
+            else:
+                waiter.error = error
+                waiter.event.set()
+
+    # -- requests without a task -------------------------------------------------------
+    def try_submit(self, api_key: int, version: int, body: dict, timeout_s: float,
+                   on_done: Callable[[dict | None], None]) -> bool:
+        """Sends one request now, without a task, when nothing would wait: connected and
+        negotiated, a free slot, nothing else being sent, a plain TCP stream. Then
+        `on_done(body)` is called exactly once: from the read loop with the decoded
+        response, or with None when the response is undecodable, the connection drops or
+        `timeout_s` passes. It must not raise. False: nothing was sent (use `request`)."""
+        stream = self._stream
+        if stream is None or not self._connected.is_set() or self._send_lock.locked() \
+                or not isinstance(stream, trio.SocketStream):
+            return False
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            return False
+        correlation_id = next(self._correlation)
+        try:
+            data = encode_request(api_key, version, correlation_id, self._client_id, body)
+        except BaseException:
+            self._slots.release()
+            raise
+        try:
+            # The socket is non-blocking (trio's); a short write leaves the rest to a task.
+            sent = os.write(stream.socket.fileno(), data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            # Broken: the read loop ends the connection; `request` reports it the usual way.
+            self._slots.release()
+            return False
+        submitted = _Submitted(api_key, version, on_done, trio.current_time() + timeout_s)
+        self._pending[correlation_id] = submitted
+        self._submitted[correlation_id] = submitted
+        if sent < len(data):
+            self._send_lock.acquire_nowait()
+            self._nursery.start_soon(self._send_rest, stream, memoryview(data)[sent:])
+        if submitted.deadline < self._expiry_at:
+            self._expiry_wakeup.set()
+        return True
+
+    async def _send_rest(self, stream: trio.SocketStream, rest: memoryview) -> None:
+        try:
+            await stream.send_all(rest)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the read loop ends the connection; its pending requests fail then
+        finally:
+            self._send_lock.release()
+
+    def _answer_submitted(self, correlation_id: int, submitted: _Submitted, payload: bytes | None) -> None:
+        if self._submitted.pop(correlation_id, None) is None:
+            return  # already answered (expired)
+        self._pending.pop(correlation_id, None)
+        self._slots.release()
+        body = None
+        if payload is not None:
+            try:
+                body = decode_response(submitted.api_key, submitted.version, payload)[1]
+            except DecodeError as exc:
+                log.warning(Event.PEER_BAD_RESPONSE, peer=self.address.node_id, api=api_name(submitted.api_key),
+                            error=str(exc))
+        submitted.on_done(body)
+
+    async def _expire_submitted(self) -> None:
+        """Answers None to submitted requests past their deadline. Sleeps until the
+        earliest deadline (or a second when none is pending), so a submit rarely wakes it."""
+        # Bounded: each round sleeps until a deadline or a wake-up.
+        while True:
+            now = trio.current_time()
+            earliest = now + 1.0
+            for correlation_id, submitted in list(self._submitted.items()):
+                if submitted.deadline <= now:
+                    self._answer_submitted(correlation_id, submitted, None)
+                elif submitted.deadline < earliest:
+                    earliest = submitted.deadline
+            self._expiry_at = earliest
+            with trio.move_on_at(earliest):
+                await self._expiry_wakeup.wait()
+            self._expiry_wakeup = trio.Event()
 
     # -- requests ----------------------------------------------------------------
     def choose_version(self, api_key: int) -> int:

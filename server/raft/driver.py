@@ -17,9 +17,10 @@ The contract with the core, for every Ready, in this order:
      speak for it);
   4. release answers and send requests/responses;
   5. `advance(ready, flushed end offset, now)`.
-A leader's staged tail is written and fsynced by a background task, one at a
-time (appends staged meanwhile share the next fsync); when it completes, the
-driver task calls `note_flushed`. The core counts the leader toward the high
+A leader's staged tail is written and fsynced by the driver's writer thread
+(one OS thread for the driver's lifetime, fed by a queue), one write at a time
+(appends staged meanwhile share the next fsync); its completion comes back
+into the inbox and the driver task calls `note_flushed`. The core counts the leader toward the high
 watermark only up to its flushed end, so a commit always rests on a majority
 of durable copies, and the leader's commit path has no worker-thread hop.
 
@@ -60,6 +61,8 @@ Rules kept here:
 from __future__ import annotations
 
 import errno
+import queue
+import threading
 import time
 import math
 import random
@@ -285,6 +288,44 @@ class _Call(NamedTuple):
     reply: _Reply
 
 
+class _WriterThread:
+    """The leader's log writer: one OS thread for the driver's lifetime, fed by a queue.
+    A write handed to `trio.to_thread` cost the event loop a task, a thread-cache hand-off
+    and two scheduling rounds on every commit; here the loop only enqueues, and the
+    thread reports back with `run_sync_soon` (the callback runs in the trio thread)."""
+
+    def __init__(self, name: str) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, write: Callable[[Any], None], argument: Any,
+               done: Callable[[BaseException | None], None]) -> None:
+        self._jobs.put((write, argument, done))
+
+    def stop(self) -> None:
+        """The thread ends once the writes handed to it before are done."""
+        self._jobs.put(None)
+
+    def _work(self) -> None:
+        # Bounded: one job per round; `stop` ends it.
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            write, argument, done = job
+            error: BaseException | None = None
+            try:
+                write(argument)
+            except BaseException as exc:  # reported to the driver, which decides
+                error = exc
+            try:
+                self._token.run_sync_soon(done, error)
+            except trio.RunFinishedError:
+                return
+
+
 def trio_now_ms() -> int:
     return math.floor(trio.current_time() * 1000)
 
@@ -375,10 +416,9 @@ class RaftDriver:
         # epoch -> high watermark when this node's leadership of that epoch ended.
         self._commit_marks: dict[int, int] = {}
         self._leader_epoch: int | None = None
-        # A background write of the leader's staged tail is running; `_flusher` waits
-        # for the event.
+        # A background write of the leader's staged tail is running (the writer thread's).
         self._flushing = False
-        self._flush_wanted = trio.Event()
+        self._writer: _WriterThread | None = None
         self.snapshot_generation = 0
         # Counters for tests, metrics and benchmarks.
         self.appends = 0
@@ -764,7 +804,7 @@ class RaftDriver:
                     await nursery.start(peer.run)
                 self._follow_voters(self._core)
                 nursery.start_soon(self._keep_own_entry_current)
-                nursery.start_soon(self._flusher)
+                self._writer = _WriterThread(f"raft-writer-{self.config.node_id}")
                 self._running = True
                 core = self._core
                 _log.info(Event.RAFT_DRIVER_STARTED, node_id=self.config.node_id, epoch=core.epoch,
@@ -778,6 +818,11 @@ class RaftDriver:
         finally:
             self._running = False
             self._nursery = None
+            if self._writer is not None:
+                self._writer.stop()
+                # A write in flight finishes before the log can be closed or reopened.
+                with trio.CancelScope(shield=True):
+                    await self.storage.wait_writer()
             for reply in list(self._outstanding):
                 reply.fail(DriverStopped("the raft driver stopped"))
             for reply, _ in self._held:
@@ -1294,48 +1339,46 @@ class RaftDriver:
         assert nursery is not None
         for request in ready.requests:
             self.requests_sent[ApiKey(request.api_key)] += 1
-            nursery.start_soon(self._exchange, request.destination, int(request.api_key), request.body)
+            self._send_request(nursery, request.destination, int(request.api_key), request.body)
         if is_leader:
             self._start_flush()
 
     def _start_flush(self) -> None:
-        """Wakes the flusher for the staged tail unless a write runs (the next starts
+        """Hands the staged tail to the writer thread unless a write runs (the next starts
         when it reports back) or nothing is staged."""
-        if self._flushing or not self.storage.has_staged or self._nursery is None:
+        if self._flushing or not self.storage.has_staged or self._nursery is None or self._writer is None:
             return
         self._flushing = True
-        self._flush_wanted.set()
+        storage = self.storage
+        batches = storage.begin_write()
+        if batches is None:
+            # A write awaited elsewhere runs (a flush before a non-append operation).
+            self._nursery.start_soon(self._flush_after_write)
+            return
+        generation = self._generation
 
-    async def _flusher(self) -> None:
-        """The leader's background writer, one task for the driver's lifetime (a task
-        per write cost a spawn and a scheduling round per commit). A storage failure is
-        reported to the driver task, which takes the log offline."""
-        # Bounded: each round waits for `_start_flush`.
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted = trio.Event()
-            generation = self._generation
-            # First let the Fetch answers the same Ready released leave (their writers
-            # were woken with this task): handing the write to a thread costs the event
-            # loop ~100 µs that would otherwise come before them.
-            await trio.lowlevel.checkpoint()
-            error = None
-            try:
-                await self.storage.write_staged()
-            except Exception as exc:
-                if not is_storage_failure(exc):
-                    raise
-                error = exc
-            report = _Flushed(generation, error)
-            try:
-                self._send_channel.send_nowait(report)
-            except trio.WouldBlock:
-                try:
-                    await self._send_channel.send(report)
-                except trio.ClosedResourceError:
-                    return
-            except trio.ClosedResourceError:
-                return
+        def written(error: BaseException | None) -> None:
+            # In the trio thread, as soon as the write ends: no task waits for it.
+            storage.end_write()
+            self._deliver(_Flushed(generation, error))
+
+        self._writer.submit(storage.write_batches, batches, written)
+
+    async def _flush_after_write(self) -> None:
+        await self.storage.wait_writer()
+        self._flushing = False
+        self._start_flush()
+
+    def _deliver(self, item) -> None:
+        """Puts `item` in the inbox from a callback (no task to wait for room)."""
+        try:
+            self._send_channel.send_nowait(item)
+        except trio.WouldBlock:
+            nursery = self._nursery
+            if nursery is not None:
+                nursery.start_soon(self._deliver_late, item)
+        except trio.ClosedResourceError:
+            pass  # the driver stopped
 
     def _note_leadership_end(self) -> None:
         # The leader role ends in this Ready: remember how far this leadership
@@ -1395,7 +1438,7 @@ class RaftDriver:
             # Resign at once: the others elect without waiting for their fetch timeout.
             for request in core.resignation_requests():
                 self.requests_sent[ApiKey.END_QUORUM_EPOCH] += 1
-                self._nursery.start_soon(self._exchange, request.destination, int(request.api_key), request.body)
+                self._send_request(self._nursery, request.destination, int(request.api_key), request.body)
         # Nothing that rests on state the failure may have left undurable goes out: held
         # answers (vote grants, acks), deferred ones (parked fetches) and the rest of the
         # interrupted round.
@@ -1461,13 +1504,36 @@ class RaftDriver:
         for reply, body in held:
             reply.set(body)
 
+    def _timeout_s(self, api_key: int) -> float:
+        if api_key == ApiKey.FETCH:
+            return (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
+        return self.config.request_timeout_ms / 1000
+
+    def _send_request(self, nursery: trio.Nursery, destination: int, api_key: int, body: Body) -> None:
+        """Sends from this task when the peer's connection takes the request at once
+        (the answer comes back by callback, straight into the inbox); otherwise a task
+        sends it and waits (connecting, backpressure, TLS)."""
+        peer = self._peers.get(destination)
+        generation = self._generation
+
+        def done(response: Body | None) -> None:
+            if self._generation == generation:  # else the core that asked was discarded
+                self._deliver(_Response(destination, api_key, body, response))
+
+        if peer is None or not peer.try_submit(api_key, WIRE_VERSIONS[ApiKey(api_key)], body,
+                                               self._timeout_s(api_key), done):
+            nursery.start_soon(self._exchange, destination, api_key, body)
+
+    async def _deliver_late(self, item) -> None:
+        try:
+            await self._send_channel.send(item)
+        except trio.ClosedResourceError:
+            pass
+
     async def _exchange(self, destination: int, api_key: int, body: Body) -> None:
         peer = self._peers.get(destination)
         response = None
-        if api_key == ApiKey.FETCH:
-            timeout_ms = self.config.fetch_max_wait_ms + self.config.request_timeout_ms
-        else:
-            timeout_ms = self.config.request_timeout_ms
+        timeout_ms = self._timeout_s(api_key) * 1000
         delivered = False
         generation = self._generation
 

@@ -381,20 +381,44 @@ class MetadataRaftLog:
         """Writes and fsyncs everything staged, in one worker-thread call; returns the
         flushed end offset. Waits for a write already running."""
         await self._wait_writer()
-        batches = self._unwritten()
-        if not batches:
-            self._staged = []
+        batches = self.begin_write()
+        if batches is None:
             return self.flushed_end_offset
-        batches = list(batches)
-        writing = self._writing = trio.Event()
         try:
             await trio.to_thread.run_sync(self._append_sync, batches)
         finally:
-            self._writing = None
-            writing.set()
+            self.end_write()
+        return self.flushed_end_offset
+
+    def begin_write(self) -> list[StoredBatch] | None:
+        """Claims the write of the staged batches not on disk yet, for a caller that runs
+        `write_batches(batches)` off the event loop and then calls `end_write()` (from the
+        event loop, also when the write failed). None: nothing to write, or a write runs."""
+        if self._writing is not None:
+            return None
+        batches = self._unwritten()
+        if not batches:
+            self._staged = []
+            return None
+        self._writing = trio.Event()
+        return list(batches)
+
+    def write_batches(self, batches: list[StoredBatch]) -> None:
+        """Writes and fsyncs claimed batches (blocking: not on the event loop)."""
+        self._append_sync(batches)
+
+    def end_write(self) -> None:
+        """Ends the write `begin_write` claimed; what reached the disk leaves the staged tail."""
+        writing, self._writing = self._writing, None
+        # The log's end moves only after a successful fsync: a failed write trims nothing.
         written_end = self.metadata_log.end_offset
         self._staged = [batch for batch in self._staged if batch.base_offset >= written_end]
-        return self.flushed_end_offset
+        if writing is not None:
+            writing.set()
+
+    async def wait_writer(self) -> None:
+        """Until no write claimed with `begin_write` (or `write_staged`) runs."""
+        await self._wait_writer()
 
     async def flush(self) -> int:
         """Makes the whole log durable (staged appends included); returns the flushed end."""

@@ -4,11 +4,14 @@ failing fast when the peer goes away, and reconnecting when it comes back."""
 from __future__ import annotations
 
 import random
+import struct
 
 import pytest
 import trio
 
 from node_harness import format_directory, node_config
+from protocol.registry import API_MESSAGES
+from server.net.framing import FrameDecoder
 from server.net.peer import BackoffPolicy, PeerAddress, PeerConnection, PeerUnavailable
 from server.nodes.controller import ControllerNode
 
@@ -100,3 +103,118 @@ def test_backoff_grows_is_bounded_and_jittered():
     assert 40 <= delays[0] <= 60
     assert all(800 <= d <= 1200 for d in delays[5:])
     assert len(set(delays)) == len(delays)  # jittered
+
+
+# -- try_submit: requests without a task, answered by callback ----------------------------
+
+class _Answers:
+    """Collects `on_done` calls; `wait_for(n)` returns once n have come."""
+
+    def __init__(self) -> None:
+        self.bodies: dict[int, object] = {}
+        self._changed = trio.Event()
+
+    def callback(self, index: int):
+        def done(body) -> None:
+            assert index not in self.bodies, "on_done called twice"
+            self.bodies[index] = body
+            self._changed.set()
+        return done
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.bodies) < count:
+            await self._changed.wait()
+            self._changed = trio.Event()
+
+
+async def test_submitted_requests_are_answered_by_callback_with_their_own_bodies(tmp_path):
+    directory = tmp_path / "metadata"
+    format_directory(directory)
+    node = ControllerNode(node_config(directory))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        peer = PeerConnection(PeerAddress(1, "127.0.0.1", node.port), "peer-test", random.Random(5),
+                              max_in_flight_requests=4)
+        await nursery.start(peer.run)
+        answers = _Answers()
+        with trio.fail_after(10):
+            await peer.wait_connected()
+            # More requests than slots, in rounds of four: every answer gives its slot back.
+            for start in range(0, 40, 4):
+                for index in range(start, start + 4):
+                    # Alternate two APIs so a mix-up of answers would fail to decode or compare.
+                    api_key, body = (55, QUORUM_BODY) if index % 2 else (60, {"endpoint_type": 1})
+                    assert peer.try_submit(api_key, peer.choose_version(api_key), body, 10.0, answers.callback(index))
+                # All four slots are taken: the fifth is not sent (the caller would use `request`).
+                assert not peer.try_submit(60, peer.choose_version(60), {"endpoint_type": 1}, 10.0,
+                                           answers.callback(-1))
+                await answers.wait_for(start + 4)
+        assert sorted(answers.bodies) == list(range(40))
+        for index, response in answers.bodies.items():
+            if index % 2:
+                assert response.topics[0].partitions[0].leader_id == 1
+            else:
+                assert response.cluster_id == node.cluster_id
+        nursery.cancel_scope.cancel()
+
+
+async def _scripted_peer(behaviour: str, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """A peer that negotiates ApiVersions properly and then, to DescribeCluster, stays
+    silent, answers bytes that do not decode, or closes the connection."""
+    response = API_MESSAGES[18][1]
+
+    async def serve(stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(1 << 20)
+        async with stream:
+            async for data in stream:
+                decoder.receive_data(data)
+                while (frame := decoder.next_frame()) is not None:
+                    api_key, version, correlation_id = struct.unpack_from(">hhi", frame)
+                    if api_key == 18:
+                        payload = struct.pack(">i", correlation_id) + response.encode(version, {
+                            "error_code": 0, "api_keys": [{"api_key": 18, "min_version": 0, "max_version": 4},
+                                                          {"api_key": 60, "min_version": 0, "max_version": 1}]})
+                    elif behaviour == "silent":
+                        continue
+                    elif behaviour == "garbage":
+                        payload = struct.pack(">i", correlation_id) + b"\xff\xff\xff"
+                    else:
+                        return
+                    await stream.send_all(struct.pack(">i", len(payload)) + payload)
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(serve, listeners)
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "garbage", "close"])
+async def test_a_submitted_request_the_peer_never_answers_usefully_gets_none_once(behaviour):
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_scripted_peer, behaviour)
+        peer = PeerConnection(PeerAddress(7, "127.0.0.1", port), "peer-test", random.Random(6),
+                              max_in_flight_requests=2)
+        await nursery.start(peer.run)
+        answers = _Answers()
+        with trio.fail_after(10):
+            await peer.wait_connected()
+            started = trio.current_time()
+            assert peer.try_submit(60, 0, {}, 0.3, answers.callback(0))
+            await answers.wait_for(1)
+        assert answers.bodies == {0: None}
+        if behaviour == "silent":
+            # Answered by the deadline, not before it.
+            assert trio.current_time() - started >= 0.3
+        else:
+            assert trio.current_time() - started < 0.3
+        # Its slot came back: two more fit (the second slot was never taken).
+        if peer.connected:
+            assert peer.try_submit(60, 0, {}, 5.0, answers.callback(1))
+            assert peer.try_submit(60, 0, {}, 5.0, answers.callback(2))
+        nursery.cancel_scope.cancel()
+
+
+async def test_nothing_is_submitted_to_a_peer_that_is_not_connected():
+    peer = PeerConnection(PeerAddress(9, "127.0.0.1", 1), "peer-test", random.Random(7))
+    answers = _Answers()
+    assert not peer.try_submit(60, 0, {}, 1.0, answers.callback(0))
+    assert answers.bodies == {}
