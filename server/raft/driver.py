@@ -416,8 +416,10 @@ class RaftDriver:
         # epoch -> high watermark when this node's leadership of that epoch ended.
         self._commit_marks: dict[int, int] = {}
         self._leader_epoch: int | None = None
-        # A background write of the leader's staged tail is running (the writer thread's).
+        # A background write of the leader's staged tail is running (the writer thread's),
+        # or is due at the driver loop's next turn (`_flush_due`).
         self._flushing = False
+        self._flush_due = False
         self._writer: _WriterThread | None = None
         self.snapshot_generation = 0
         # Counters for tests, metrics and benchmarks.
@@ -1142,6 +1144,12 @@ class RaftDriver:
         assert core is not None
         while True:
             await self._drain()
+            if self._flush_due:
+                # The Fetch answers the last Ready released leave first: the writer thread
+                # would otherwise take the GIL from their sends (its Python runs before
+                # its first system call), right on the commit path.
+                await trio.lowlevel.checkpoint()
+                self._hand_to_writer()
             deadline_ms = core.next_deadline_ms()
             items = self._take_ready_inputs()
             if not items:
@@ -1344,11 +1352,18 @@ class RaftDriver:
             self._start_flush()
 
     def _start_flush(self) -> None:
-        """Hands the staged tail to the writer thread unless a write runs (the next starts
-        when it reports back) or nothing is staged."""
+        """Marks the staged tail for the writer thread (`_hand_to_writer`, at the driver
+        loop's next turn) unless a write runs (the next starts when it reports back) or
+        nothing is staged."""
         if self._flushing or not self.storage.has_staged or self._nursery is None or self._writer is None:
             return
         self._flushing = True
+        self._flush_due = True
+
+    def _hand_to_writer(self) -> None:
+        self._flush_due = False
+        if self._nursery is None or self._writer is None:
+            return
         storage = self.storage
         batches = storage.begin_write()
         if batches is None:
@@ -1487,7 +1502,7 @@ class RaftDriver:
         # As a restart builds it: a former leader comes back resigned, a follower fetches.
         self._core = self._new_core(now)
         self._generation += 1
-        self._flushing = False
+        self._flushing = self._flush_due = False
         self._leader_ready_seen = False
         self._leader_unreachable_seen = False
         self._offline = None
