@@ -289,6 +289,23 @@ class PeerConnection:
             return False
         return True
 
+    def adopt_negotiation(self, other: "PeerConnection") -> bool:
+        """Takes the ApiVersions answer another connection to the same node got, when it
+        is at least as new as this connection's (by FinalizedFeaturesEpoch): the versions
+        and features a node answers are the node's, not the connection's. So a broker that
+        renegotiates after a metadata.version change asks each controller once, not once
+        per connection. False, and nothing taken: another address, no answer, an older
+        one, or this connection is down (its reconnect negotiates anew)."""
+        if self._stream is None or other.address != self.address or not other.api_versions \
+                or other.finalized_features_epoch < self.finalized_features_epoch:
+            return False
+        self.api_versions = dict(other.api_versions)
+        supported = other.supported_features
+        self.supported_features = dict(supported) if supported is not None else None
+        self.finalized_features = dict(other.finalized_features)
+        self.finalized_features_epoch = other.finalized_features_epoch
+        return True
+
     async def _read_loop(self, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(RESPONSE_MAX_BYTES)
         try:

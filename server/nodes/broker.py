@@ -301,9 +301,10 @@ class BrokerNode(ServingNode, BrokerServices):
         with trio.move_on_after(RENEGOTIATE_TIMEOUT_S):
             async with trio.open_nursery() as nursery:
                 for voter in self.voters:
-                    for peer in (self._forward_peers.existing(voter.node_id), self.controller_peer(voter.node_id)):
-                        if peer is not None:
-                            nursery.start_soon(self._renegotiate_peer, peer, level, replayed_offset)
+                    peers = [peer for peer in (self.controller_peer(voter.node_id),
+                                               self._forward_peers.existing(voter.node_id)) if peer is not None]
+                    if peers:
+                        nursery.start_soon(self._renegotiate_voter, peers, level, replayed_offset)
         if self.state.metadata_version != level:
             return  # a newer change is on its way; it renegotiates again
         # The leader now, not when the change was seen: every voter was asked, and a new
@@ -327,6 +328,17 @@ class BrokerNode(ServingNode, BrokerServices):
                  with_leader=ok, versions=chosen)
         self._renegotiated.set()
         self._renegotiated = trio.Event()
+
+    async def _renegotiate_voter(self, peers: list[PeerConnection], level: int, replayed_offset: int) -> None:
+        """One controller, asked once: its other connection (the forwarding one) takes the
+        answer the first got once it covers `replayed_offset`, unless it cannot (another
+        address, or down); otherwise it is asked itself."""
+        first, others = peers[0], peers[1:]
+        await self._renegotiate_peer(first, level, replayed_offset)
+        current = first.finalized_features_epoch >= replayed_offset
+        for peer in others:
+            if not (current and peer.adopt_negotiation(first)):
+                await self._renegotiate_peer(peer, level, replayed_offset)
 
     async def _renegotiate_peer(self, peer: PeerConnection, level: int, replayed_offset: int) -> None:
         """Asks `peer` for its ApiVersions until the answer reflects the image up to

@@ -549,7 +549,9 @@ class MetadataRaftLog:
     def _append_sync(self, batches: list[Batch]) -> list[StoredBatch]:
         stored = [batch if getattr(batch, "raw", None) is not None else stored_batch(batch, raw_bytes(batch))
                   for batch in batches]
-        self.metadata_log.append_raw(b"".join(batch.raw for batch in stored))  # type: ignore[attr-defined]
+        # Verified already: decoded whole from a Fetch (decode_stored) or encoded here.
+        self.metadata_log.append_verified([(batch.base_offset, batch.next_offset, batch.epoch, len(batch.values),
+                                            batch.raw) for batch in stored])  # type: ignore[attr-defined]
         return stored  # type: ignore[return-value]
 
     def _install_sync(self, snapshot_id: SnapshotId, data: bytes) -> None:

@@ -830,7 +830,7 @@ class MetadataLog:
                 _PendingBatch(batch.base_offset, batch.next_offset, batch.leader_epoch, bytes(view[position : position + size]))
             )
             position += size
-        return self._append_pending(pending, batches)
+        return self._append_pending(pending, [len(batch.records) for batch in batches])
 
     def append_batches(self, batches: Iterable[RecordBatch]) -> tuple[Offset, Offset]:
         """Like `append_raw`, for decoded batches (re-encoded byte for byte)."""
@@ -839,20 +839,30 @@ class MetadataLog:
             _PendingBatch(batch.base_offset, batch.next_offset, batch.leader_epoch, encode_record_batch(batch))
             for batch in batch_list
         ]
-        return self._append_pending(pending, batch_list)
+        return self._append_pending(pending, [len(batch.records) for batch in batch_list])
 
-    def _append_pending(self, pending: list[_PendingBatch], batches: Sequence[RecordBatch]) -> tuple[int, int]:
+    def append_verified(self, batches: Sequence[tuple[Offset, Offset, int, int, bytes]]) -> tuple[Offset, Offset]:
+        """Like `append_raw`, for batches whose bytes were verified whole already (decoded
+        by `decode_batch`: a follower's fetched batches) or encoded by this process (a
+        leader's own): each is (base offset, next offset, leader epoch, record count,
+        bytes). The log's own checks (continuity, epoch, size, records per batch) still
+        apply; the bytes are not decoded a second time (on a leader that decode ran in
+        the writer thread, holding the GIL against the event loop)."""
+        pending = [_PendingBatch(base, end, epoch, data) for base, end, epoch, _, data in batches]
+        return self._append_pending(pending, [count for _, _, _, count, _ in batches])
+
+    def _append_pending(self, pending: list[_PendingBatch], record_counts: Sequence[int]) -> tuple[int, int]:
         if not pending:
             raise BatchRejectedError("no batches to append")
         with self._mutex:
             self._check_usable()
             expected_offset = self.end_offset
             epoch = self.last_epoch
-            for item, batch in zip(pending, batches):
+            for item, count in zip(pending, record_counts):
                 self._check_size(len(item.data))
-                if len(batch.records) > self._config.max_records_per_batch:
+                if count > self._config.max_records_per_batch:
                     raise BatchRejectedError(
-                        f"batch at offset {batch.base_offset} has {len(batch.records)} records, "
+                        f"batch at offset {item.base_offset} has {count} records, "
                         f"above max_records_per_batch={self._config.max_records_per_batch}"
                     )
                 if item.base_offset != expected_offset:

@@ -218,3 +218,24 @@ async def test_api_versions_v5_tells_a_client_meaning_another_broker_to_rebootst
                     assert reply.error_code == code, asked
                     assert bool(reply.api_keys) == (code == ErrorCode.NONE), asked
 
+
+
+async def test_renegotiation_asks_each_controller_once_and_the_forwarding_connection_takes_the_answer(tmp_path):
+    with trio.fail_after(TIMEOUT_S):
+        async with running_cluster(tmp_path, MV_3_5_IV2) as cluster:
+            broker = await cluster.start_broker(102, "3.7")
+            await broker.lifecycle.wait_state(BrokerState.RUNNING)
+            leader = broker.controller_peer(1)
+            forward = broker._forward_peers.existing(1)
+            await forward.wait_connected()
+            asked = (leader.negotiations, forward.negotiations)
+            reply = await cluster.update_metadata_version(MV_3_7_IV2)
+            assert reply.error_code == ErrorCode.NONE
+            await broker.wait_renegotiated(MV_3_7_IV2)
+            # One ApiVersions exchange with the controller (on the controller connection);
+            # the forwarding connection holds the same, current answer without asking.
+            assert leader.negotiations > asked[0]
+            assert forward.negotiations == asked[1]
+            assert forward.api_versions == leader.api_versions
+            assert forward.finalized_features["metadata.version"] == MV_3_7_IV2
+            assert forward.finalized_features_epoch == leader.finalized_features_epoch

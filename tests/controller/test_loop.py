@@ -153,17 +153,17 @@ async def test_readers_never_see_records_before_they_are_committed(tmp_path):
     holding = {"on": False}
 
     def hold_appends(node: ControllerNode) -> None:
-        real_append_raw = node.metadata_log.append_raw
+        real_append = node.metadata_log.append_verified
 
-        def held_append_raw(data):
+        def held_append(batches):
             # Holds the append (and its fsync) until the test has looked.
             if holding["on"]:
                 entered.set()
                 if not release.wait(timeout=30):
                     raise RuntimeError("test did not release the append")
-            return real_append_raw(data)
+            return real_append(batches)
 
-        node.metadata_log.append_raw = held_append_raw
+        node.metadata_log.append_verified = held_append
 
     async with running(formatted_config(tmp_path), before_start=hold_appends) as node:
         holding["on"] = True

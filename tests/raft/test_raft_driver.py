@@ -181,16 +181,16 @@ async def test_a_leader_commits_on_its_followers_durable_copies_while_its_own_fs
             followers = [node for node in cluster.nodes.values() if node is not leader]
 
             entered, release = threading.Event(), threading.Event()
-            real_append_raw = leader.metadata_log.append_raw
+            real_append = leader.metadata_log.append_verified
 
-            def held_append_raw(data):
+            def held_append(batches):
                 # Runs in the leader's writer thread: holds the write and its fsync.
                 entered.set()
                 if not release.wait(timeout=BOUND_S):
                     raise RuntimeError("the test did not release the leader's write")
-                return real_append_raw(data)
+                return real_append(batches)
 
-            leader.metadata_log.append_raw = held_append_raw
+            leader.metadata_log.append_verified = held_append
             try:
                 flushed_before = leader.driver.flushed_end_offset
                 base, epoch = await leader.driver.propose([b"held"])

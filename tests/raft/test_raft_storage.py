@@ -114,19 +114,19 @@ def test_stored_codec_passes_stored_bytes_through():
 async def test_appends_of_one_ready_share_one_write(tmp_path):
     metadata_log = MetadataLog.open(tmp_path / "log")
     calls = []
-    original = metadata_log.append_raw
+    original = metadata_log.append_verified
 
-    def counting_append_raw(data):
-        calls.append(len(data))
-        return original(data)
+    def counting_append_verified(batches):
+        calls.append(sum(len(batch[-1]) for batch in batches))
+        return original(batches)
 
-    metadata_log.append_raw = counting_append_raw
+    metadata_log.append_verified = counting_append_verified
     try:
         real = MetadataRaftLog(metadata_log)
         ops = [Append(Batch(index, 1, (b"x",), None, 0)) for index in range(20)]
         applied = await real.apply(ops)
         assert applied.appended_batches == 20 and real.end_offset == 20
-        # One append_raw (one fsync) for all twenty batches of the Ready.
+        # One append (one fsync) for all twenty batches of the Ready.
         assert calls == [sum(len(raw_bytes(op.batch)) for op in ops)]
         # A truncation between appends splits them into two writes, in order.
         calls.clear()
