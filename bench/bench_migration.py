@@ -19,7 +19,10 @@ ZooKeeper-mode broker agents, and a 3-voter KRaft quorum (fsync on) started with
               - the active controller's log gives `migration.copy_started` /
                 `migration.copy_finished` (records, seconds of the transaction).
               Downtime is reported per partition and per copied record: the KIP says
-              it is proportional to the metadata size.
+              it is proportional to the metadata size. The controllers' CPU seconds
+              between those two log lines (/proc, sampled every 20 ms) are reported
+              too, in total and per copied record: on a loaded machine they vary far
+              less than the wall time.
   dual-write  on the cluster of one size (--dual-write-size, default the smallest),
               after MigrationActive and ZooKeeper caught up: per rate R, W worker
               threads send IncrementalAlterConfigs SET retention.ms on topic configs
@@ -89,6 +92,7 @@ PARTITIONS_PER_TOPIC = 10
 ZK_BROKERS = 3
 PROBE_INTERVAL_S = 0.02
 SAMPLE_INTERVAL_S = 0.05
+CPU_SAMPLE_INTERVAL_S = 0.02  # the controllers' /proc CPU times (CpuSampler)
 FIND_ACTIVE_POLL_S = 0.05
 ACTIVE_TIMEOUT_S = 900.0  # controllers started -> MigrationActive, per size
 CATCH_UP_TIMEOUT_S = 120.0
@@ -239,6 +243,55 @@ class CopyResult:
     aborted: int  # migration.transaction_aborted events
     elections: int  # raft.election_started events on all controllers after start
     leaders: list[int]  # controller ids that logged migration.copy_started, in order
+    # CPU seconds (user + system, /proc) the three controllers used between the finished
+    # copy's copy_started and copy_finished log lines, interpolated between 20 ms samples;
+    # None where /proc is not readable. Far less sensitive to the machine's load than the
+    # copy's wall time: the figure to compare when the machine is not idle.
+    copy_cpu_s: float | None = None
+    copy_cpu_s_leader: float | None = None  # the controller that ran the finished copy
+
+
+class CpuSampler:
+    """Samples each controller's CPU seconds (utime + stime from /proc/<pid>/stat) every
+    CPU_SAMPLE_INTERVAL_S with the wall time, so the CPU spent between two log lines can be
+    read afterwards (`between`)."""
+
+    def __init__(self, pids: dict[int, int]) -> None:
+        self.pids = pids
+        self.samples: dict[int, list[tuple[float, float]]] = {node: [] for node in pids}
+        self.stop = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def _cpu_s(self, pid: int) -> float | None:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / self._tick
+
+    def run(self, deadline: float) -> None:
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            now = time.time()
+            for node, pid in self.pids.items():
+                cpu = self._cpu_s(pid)
+                if cpu is not None:
+                    self.samples[node].append((now, cpu))
+            self.stop.wait(CPU_SAMPLE_INTERVAL_S)
+
+    def at(self, node: int, wall: float) -> float | None:
+        """CPU seconds of `node` at wall time `wall`, linear between the samples around it."""
+        samples = self.samples.get(node) or []
+        before = [s for s in samples if s[0] <= wall]
+        after = [s for s in samples if s[0] >= wall]
+        if not before or not after:
+            return None
+        (t0, c0), (t1, c1) = before[-1], after[0]
+        return c0 if t1 == t0 else c0 + (c1 - c0) * (wall - t0) / (t1 - t0)
+
+    def between(self, node: int, start: float, end: float) -> float | None:
+        first, last = self.at(node, start), self.at(node, end)
+        return None if first is None or last is None else last - first
 
 
 def wait_active(cluster: MigrationCluster, deadline: float) -> float:
@@ -292,13 +345,18 @@ def run_copy(cluster: MigrationCluster, partitions: int, seed_s: float) -> CopyR
     wall_start = time.time()
     started = time.monotonic()
     cluster.start_controllers()
+    sampler = CpuSampler({spec.node_id: cluster.processes[spec.node_id].process.pid for spec in cluster.controllers})
+    sampling = threading.Thread(target=sampler.run, args=(time.monotonic() + ACTIVE_TIMEOUT_S + 60,), daemon=True)
+    sampling.start()
     thread.start()
     try:
         active_at = wait_active(cluster, started + ACTIVE_TIMEOUT_S)
         time.sleep(SETTLE_S)
     finally:
         probe.stop.set()
+        sampler.stop.set()
         thread.join(timeout=REQUEST_TIMEOUT_S)
+        sampling.join(timeout=REQUEST_TIMEOUT_S)
     events: list[dict] = []
     names = {"migration.copy_started", "migration.copy_finished", "migration.transaction_aborted",
              "raft.election_started"}
@@ -320,6 +378,9 @@ def run_copy(cluster: MigrationCluster, partitions: int, seed_s: float) -> CopyR
                   f"{ {k: v for k, v in e.items() if k not in ('timestamp', 'event', 'node', 'level', 'logger')} }",
                   file=sys.stderr)
     worst = max(probe.samples, key=lambda s: s[1]) if probe.samples else (wall_start, float("nan"), 0)
+    cpu = {spec.node_id: sampler.between(spec.node_id, copy_started_wall, copy_finished_wall)
+           for spec in cluster.controllers}
+    copy_cpu_s = None if any(v is None for v in cpu.values()) else sum(cpu.values())
     return CopyResult(
         partitions=partitions, topics=len(cluster.seed.topic_names()), seed_s=seed_s,
         to_active_s=active_at - started, copy_records=int(finished[0]["records"]),
@@ -329,7 +390,7 @@ def run_copy(cluster: MigrationCluster, partitions: int, seed_s: float) -> CopyR
         probes_over_100ms=sum(1 for s in probe.samples if s[1] > 0.1), probe_errors=dict(probe.errors),
         copies_started=len(begun), aborted=sum(1 for e in events if e["event"] == "migration.transaction_aborted"),
         elections=sum(1 for e in events if e["event"] == "raft.election_started"),
-        leaders=[e["node"] for e in begun])
+        leaders=[e["node"] for e in begun], copy_cpu_s=copy_cpu_s, copy_cpu_s_leader=cpu.get(last_begun["node"]))
 
 
 # --------------------------------------------------------------------------
@@ -555,13 +616,15 @@ def print_copy_table(rows: list[CopyResult]) -> None:
         ["partitions", "topics", "seed s", "copy records", "copy s (log)", "records/s", "start -> copy s",
          "copy end -> Active s", "start -> MigrationActive s", "probes", "probes > 100 ms",
          "longest write wait s", "wait µs / partition", "wait µs / record", "wait / copy s",
-         "copies started (by)", "elections"],
+         "copies started (by)", "elections", "copy CPU s (leader)", "CPU µs / record"],
         [[f"{r.partitions:,}", f"{r.topics:,}", f"{r.seed_s:.1f}", f"{r.copy_records:,}", f"{r.copy_s:.2f}",
           f"{r.copy_records / r.copy_s:,.0f}" if r.copy_s > 0 else "-", f"{r.started_to_copy_s:.1f}",
           f"{r.copy_to_active_s:.1f}", f"{r.to_active_s:.1f}", r.probe_count, r.probes_over_100ms,
           f"{r.max_wait_s:.2f}", f"{r.max_wait_s * 1e6 / r.partitions:.0f}",
           f"{r.max_wait_s * 1e6 / r.copy_records:.0f}", f"{r.max_wait_s / r.copy_s:.2f}" if r.copy_s > 0 else "-",
-          f"{r.copies_started} ({','.join(map(str, r.leaders))})", r.elections]
+          f"{r.copies_started} ({','.join(map(str, r.leaders))})", r.elections,
+          "-" if r.copy_cpu_s is None else f"{r.copy_cpu_s:.2f} ({r.copy_cpu_s_leader:.2f})",
+          "-" if r.copy_cpu_s is None else f"{r.copy_cpu_s * 1e6 / r.copy_records:.0f}"]
          for r in rows]))
     for r in rows:
         if r.probe_errors:

@@ -103,6 +103,16 @@ class ControllerResult:
     # UpdateFeatures: the kraft.version level to upgrade to, which the Raft layer writes
     # (KRaftVersionRecord and the voters, KIP-853) once this result's records commit.
     kraft_version_upgrade: int | None = None
+    # The records replay exactly as their encoding decodes (every field a replay reads is
+    # given at its version, as the decoder would give it): the active controller may
+    # replay these objects once their batch commits instead of decoding its own batch
+    # again (server/controller/replayer.py, `expect_own_batch`). Set only where a test
+    # proves it (the migration's copy: tests/migration/test_copy_commands.py).
+    records_as_decoded: bool = False
+    # `encode_metadata_record` of each record, when the command has them already (the
+    # migration's copy encodes its records in a worker thread while it plans them, before
+    # its transaction holds other writes): the loop proposes these bytes as they are.
+    values: list[bytes] | None = None
 
 
 # _check_feature_update's answer for a kraft.version upgrade: no metadata record, the Raft

@@ -420,8 +420,20 @@ class ControllerLoop:
 
     async def _commit(self, batch: list[_Entry]) -> None:
         with paused_gc(sum(len(entry.result.records) for entry in batch)):
-            values = [encode_metadata_record(item) for entry in batch for item in entry.result.records]
+            values = []
+            for entry in batch:
+                encoded = entry.result.values
+                if encoded is not None and len(encoded) == len(entry.result.records):
+                    values.extend(encoded)  # encoded ahead by the command (the migration's copy)
+                else:
+                    values.extend([encode_metadata_record(item) for item in entry.result.records])
         if values:
+            if all(entry.result.records_as_decoded for entry in batch if entry.result.records):
+                # Our replay task may replay these objects instead of decoding the batch again
+                # (only this batch, at this epoch and offset: see Replayer.expect_own_batch).
+                first = next(entry.base_offset for entry in batch if entry.base_offset is not None)
+                self.replayer.expect_own_batch(
+                    self.active_epoch, first, [item for entry in batch for item in entry.result.records], values)
             base_offset, epoch = await self.driver.propose(values)
             first = next(entry.base_offset for entry in batch if entry.base_offset is not None)
             if base_offset != first:

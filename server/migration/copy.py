@@ -1,7 +1,8 @@
 """The migration's copy: a ZooKeeper-mode cluster's metadata as KRaft records (pure).
 
 Owns: `copy_records`, which turns a `ZkClusterImage` (read by server/zk/seed.py's
-`read_zookeeper`) into the records of the copy, `copy_chunks`, which cuts them into
+`read_zookeeper`) into the records of the copy (and their bytes: `plan_copy` runs in a
+worker thread before the transaction begins), `copy_chunks`, which cuts them into
 chunks of bounded size, and `chunk_commands`, the controller commands that write those
 chunks inside one metadata transaction (KIP-868):
 
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from protocol import metadata_records as mr
-from protocol.records import MetadataRecord, record
+from protocol.records import MetadataRecord, encode_metadata_record, record
 from server.controller import features as ft
 from server.controller.commands import ControllerResult
 from server.controller.state import SCRAM_IN_METADATA_LEVEL
@@ -178,6 +179,9 @@ class CopyPlan:
 
     brokers: tuple[ZkBrokerRegistration, ...]
     records: tuple[MetadataRecord, ...]  # topics, partitions, configs, quotas, SCRAM, features
+    # `encode_metadata_record` of each of `records`, made with the plan (in the driver's
+    # worker thread, before the copy's transaction holds other writes); empty: not made.
+    values: tuple[bytes, ...] = ()
 
     @property
     def total_records(self) -> int:
@@ -195,7 +199,7 @@ def plan_copy(image: zp.ZkClusterImage, known_features: set[str],
     records = (tuple(topic_records(image)) + tuple(broker_config_records(image))
                + tuple(client_quota_records(image)) + (tuple(scram_records(image)) if with_scram else ())
                + tuple(feature_records(image, known_features)))
-    return CopyPlan(brokers, records)
+    return CopyPlan(brokers, records, tuple(encode_metadata_record(item) for item in records))
 
 
 def begin_record() -> MetadataRecord:
@@ -231,6 +235,10 @@ def chunk_commands(plan: CopyPlan, chunk_records: int, metadata_version: int) ->
     chunk that failed makes every later one fail too, and the transaction never ends
     without it (the next leader aborts it)."""
     chunks = list(copy_chunks(plan, chunk_records)) or [[]]
+    encoded = len(plan.values) == len(plan.records)
+    # copy_chunks cuts at multiples of chunk_records: chunk i starts at record i * chunk_records.
+    chunk_values = [list(plan.values[index * chunk_records:index * chunk_records + len(chunk)])
+                    for index, chunk in enumerate(chunks)] if encoded else []
     # Offset of each chunk's first record, counted from the BeginTransactionRecord.
     firsts = []
     position = 1 + len(plan.brokers)
@@ -245,16 +253,27 @@ def chunk_commands(plan: CopyPlan, chunk_records: int, metadata_version: int) ->
             if first:
                 if state.in_transaction or ZkMigrationState(state.zk_migration_state) != ZkMigrationState.PRE_MIGRATION:
                     raise RuntimeError("the copy must start in PRE_MIGRATION outside a transaction")
-                records = [begin_record()] + broker_records(plan, next_offset + 1, metadata_version) + chunk
+                head = [begin_record()] + broker_records(plan, next_offset + 1, metadata_version)
+                records = head + chunk
             else:
                 if not state.in_transaction:
                     raise RuntimeError("the copy's transaction is no longer open")
                 if next_offset != state.transaction_start_offset + expected:
                     raise RuntimeError("a chunk of the copy before this one is missing")
+                head = []
                 records = list(chunk)
-            if last:
-                records += [migration_state_record(ZkMigrationState.MIGRATION), end_record()]
-            return ControllerResult(records, {})
+            tail = [migration_state_record(ZkMigrationState.MIGRATION), end_record()] if last else []
+            records += tail
+            values = None
+            if encoded:
+                # The chunk's bytes were made with the plan; only the few records built here
+                # are encoded now.
+                values = ([encode_metadata_record(item) for item in head] + chunk_values[index]
+                          + [encode_metadata_record(item) for item in tail])
+            # Built field for field at their versions: the active controller replays these
+            # objects on commit instead of decoding its own batch (tests/migration/
+            # test_copy_commands.py checks that both replays give the same image).
+            return ControllerResult(records, {}, records_as_decoded=True, values=values)
         return command
     return [command_for(index) for index in range(len(chunks))]
 

@@ -39,11 +39,13 @@ Rules kept here:
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 import trio
 
@@ -99,6 +101,32 @@ log = get_logger("migration")
 
 # Copy commands in the controller loop at once (see `_copy`).
 COPY_WINDOW_CHUNKS = 4
+
+
+@contextmanager
+def _collector_paused_for_copy() -> Iterator[None]:
+    """No cyclic garbage collection during the copy; afterwards everything alive moves to
+    the collector's permanent generation (`gc.freeze`), as cli/main.py does at start-up.
+    The copy builds the whole image twice on this node (the speculative and the committed
+    state: a few objects per partition each) while the ZooKeeper image and the planned
+    records are alive, so the collector's young generations ran over and over and a full
+    collection walked millions of objects: at 100k partitions the collector took a fifth
+    of the leader's time during the copy (1.8 s of 8.6 s, measured with gc.callbacks).
+    The image lives as long as the process, like start-up's heap; reference counting
+    still frees what is dropped (the plan, a failed copy's speculative state: the image
+    holds no reference cycles), and only cyclic garbage made during the copy (seconds)
+    outlives its use, once. The collector stays off if it was off already."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 # Ops per ZooKeeper multi (ZooKeeper's default request limit is 1 MiB; our ops are small).
 MAX_OPS_PER_MULTI = 500
 PRECONDITION_RETRY_S = 2.0
@@ -387,7 +415,9 @@ class MigrationDriver:
         await self._submit(self._abort_transaction, transactional=True)
         if self.recorded_state() == ZkMigrationState.PRE_MIGRATION:
             image, plan = await self._wait_for_preconditions(zk)
-            await self._copy(epoch, image, plan)
+            with _collector_paused_for_copy():
+                await self._copy(epoch, image, plan)
+            del image, plan
         await self._dual_write(zk, epoch)
 
     @staticmethod
@@ -518,9 +548,11 @@ class MigrationDriver:
             await trio.sleep(PRECONDITION_RETRY_S)
 
     async def _read_and_plan(self) -> tuple[zp.ZkClusterImage, mcopy.CopyPlan]:
-        """Reads ZooKeeper whole (pipelined reads) and plans the copy, in a worker thread:
-        at 100k partitions that is seconds of work, and on the event loop it would stall
-        this controller's Raft traffic long enough for the quorum to elect someone else."""
+        """Reads ZooKeeper whole (pipelined reads) and plans the copy (its records and
+        their bytes), in a worker thread: at 100k partitions that is seconds of work, and
+        on the event loop it would stall this controller's Raft traffic long enough for the
+        quorum to elect someone else; and what is encoded here is not encoded during the
+        copy, while the transaction holds every other write."""
         known = set(self.node.supported_node_features)
         metadata_version = self.node.state.metadata_version
         read = self._read_zookeeper

@@ -38,6 +38,8 @@ def test_the_migration_bench_reports_the_copy_and_the_dual_write_lag_at_100_part
     assert copy["copy_s"] > 0 and copy["records_per_s"] > 0
     assert copy["copies_started"] == len(copy["leaders"]) >= 1
     assert copy["probe_count"] > 0 and copy["max_wait_s"] >= 0 and copy["wait_us_per_partition"] >= 0
+    if Path("/proc/self/stat").exists():  # the controllers' CPU during the copy, from /proc
+        assert copy["copy_cpu_s"] >= copy["copy_cpu_s_leader"] >= 0
     (rate,) = results["rates"]
     assert rate["rate"] == 20 and rate["records_per_write"] == 1
     assert rate["sent"] >= rate["ok"] > 0

@@ -95,3 +95,59 @@ def test_a_later_command_refuses_once_the_transaction_is_gone(plan):
     state.replay(mcopy.abort_record("deposed"), offset)
     with pytest.raises(RuntimeError, match="no longer open"):
         commands[1](state, BrokerHeartbeatTracker(18_000), offset + 1, 0)
+
+
+def test_the_copy_replays_as_its_encoding_decodes():
+    """The copy's commands say `records_as_decoded`: the active controller replays their
+    record objects on commit instead of decoding its own batch. That is only right if
+    both replays give the same image, for every kind of record the copy writes."""
+    from protocol.records import decode_metadata_record, encode_metadata_record
+    from server.zk.seed import SeedSpec as Spec
+
+    spec = Spec(cluster_id=CLUSTER, broker_ids=(1, 2, 3), topics=5, partitions_per_topic=3,
+                topic_configs={"retention.ms": "1000", "cleanup.policy": "compact"},
+                broker_configs={"1": {"log.retention.ms": "5"}, "<default>": {"num.io.threads": "4"}},
+                features={"transaction.version": 1})
+    brokers = {b: zp.BrokerRegistrationZnode(
+        host="127.0.0.1", port=9000 + b, endpoints=(zp.Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b),),
+        listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"}, rack="r1" if b == 1 else None, jmx_port=-1,
+        timestamp_ms=1_700_000_000_000 + b, features={"metadata.version": zp.SupportedFeatureRange(1, MV)})
+        for b in (1, 2, 3)}
+    scram = zp.ScramCredentialText(b"salt", b"stored", b"server", 4096).encode()
+    quotas = {"users/alice": zp.ConfigZnode({"producer_byte_rate": "1024", "SCRAM-SHA-256": scram}),
+              "users/<default>": zp.ConfigZnode({"consumer_byte_rate": "4096.0"}),
+              "users/bob/clients/c1": zp.ConfigZnode({"request_percentage": "12.5"}),
+              "ips/10.0.0.1": zp.ConfigZnode({"connection_creation_rate": "5"})}
+    image = replace(spec_image(spec), brokers=brokers, quota_configs=quotas,
+                    user_client_parents=frozenset({"bob"}))
+    plan = mcopy.plan_copy(image, {"transaction.version"}, MV)
+    kinds = {r.name for r in plan.records}
+    assert {"TopicRecord", "PartitionRecord", "ConfigRecord", "ClientQuotaRecord",
+            "UserScramCredentialRecord", "FeatureLevelRecord"} <= kinds
+    built, offset = pre_migration_state()
+    decoded, _ = pre_migration_state()
+    start = offset
+    for command in mcopy.chunk_commands(plan, 7, MV):
+        result = command(built, BrokerHeartbeatTracker(18_000), offset, 0)
+        assert result.records_as_decoded
+        assert result.values == [encode_metadata_record(item) for item in result.records]
+        for index, item in enumerate(result.records):
+            built.replay(item, offset + index)
+            decoded.replay(decode_metadata_record(encode_metadata_record(item)), offset + index)
+        offset += len(result.records)
+    assert offset - start == plan.total_records and not built.in_transaction
+    assert built == decoded
+    assert built.topics() == decoded.topics() and dict(built.brokers) == dict(decoded.brokers)
+    assert dict(built.client_quotas()) == dict(decoded.client_quotas())
+    assert sorted(built.scram_credentials()) == sorted(decoded.scram_credentials()) != []
+
+
+def test_an_empty_copy_is_one_command_with_its_bytes():
+    empty = mcopy.plan_copy(spec_image(SeedSpec(cluster_id=CLUSTER, topics=0)), set(), MV)
+    state, offset = pre_migration_state()
+    [command] = mcopy.chunk_commands(empty, 5, MV)
+    result = command(state, BrokerHeartbeatTracker(18_000), offset, 0)
+    from protocol.records import encode_metadata_record
+    assert result.values == [encode_metadata_record(item) for item in result.records]
+    assert [r.name for r in result.records][0] == "BeginTransactionRecord"
+    assert [r.name for r in result.records][-2:] == ["ZkMigrationStateRecord", "EndTransactionRecord"]
