@@ -23,9 +23,18 @@ each printing its command line and markdown tables:
           the garbage collector. After the steps, the harness's own floor on
           the same disk and connections (`harness_floor`: N small appends +
           fsync one after the other, N snapshot-sized files in worker threads,
-          N x 3 ApiVersions). --gc-freeze freezes the heap once all N run (a
-          full collection otherwise walks all N images of this one process);
-          --py-spy PATH profiles the steps.
+          N x 3 ApiVersions, with the CPU and garbage-collector time of that
+          part). The heap is frozen (gc.freeze()) after each broker starts and
+          once all N run, as `kraftwerk broker` freezes its own once it serves
+          (cli/main.py); --no-gc-freeze measures without, where every full
+          collection walks all N images of this one process. --settle waits
+          (bounded, reported) before each step until every broker is RUNNING
+          and has replayed the high watermark, so a step does not carry the
+          previous one's re-registrations. --py-spy PATH profiles the steps.
+  apiversions  The floor's N x 3 ApiVersions alone: N x 3 x 2 PeerConnections
+          (as the brokers hold them) from this process and no broker images,
+          rounds of N x 3 ApiVersions at once; --ballast-k keeps GC-tracked
+          containers alive here, as N images would.
   storm   --brokers simulated brokers (a load generator speaking the real
           protocol over a few pipelined connections, one per 50 brokers) to a
           quorum at 3.7-IV4: each registers (BrokerRegistration at the version
@@ -38,7 +47,8 @@ each printing its command line and markdown tables:
 Timing targets live here, never in tests.
 
 Run: .venv/bin/python bench/bench_brokers.py fanout [--brokers 3,30,300] [--budget-s 300] [--json PATH]
-         [--gc-freeze] [--py-spy PATH]
+         [--no-gc-freeze] [--settle] [--py-spy PATH]
+     .venv/bin/python bench/bench_brokers.py apiversions [--brokers 30,100,300] [--rounds 5] [--ballast-k K]
      .venv/bin/python bench/bench_brokers.py storm [--brokers 1000] [--duration-s 30]
 Both take --dir PATH (parent of the temporary directory: the disk measured).
 """
@@ -90,6 +100,8 @@ RENEGOTIATE_WAIT_BASE_S, RENEGOTIATE_WAIT_PER_BROKER_S = 20.0, 0.2
 UNFENCE_WAIT_S = 30.0  # after the last registration was sent
 DRAIN_WAIT_S = 15.0
 IDLE_WINDOW_S = 3.0
+SETTLE_WAIT_BASE_S, SETTLE_WAIT_PER_BROKER_S = 10.0, 0.1
+SETTLE_POLL_S, SETTLE_QUIET_POLLS = 0.1, 3
 
 
 def raise_open_files_limit() -> int:
@@ -121,7 +133,7 @@ def code_name(code) -> str:
 # --------------------------------------------------------------------------
 
 async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: float,
-                      profile: str | None = None, gc_freeze: bool = False) -> dict:
+                      profile: str | None = None, gc_freeze: bool = False, settle_first: bool = False) -> dict:
     """N brokers in this trio run; returns {'start_s', 'steps': [...], 'note'}."""
     from server.broker.lifecycle import BrokerState
     from server.nodes.broker import BrokerNode
@@ -151,6 +163,11 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
             gc_start, cpu_start = GC.mark(), time.process_time()
             for broker in brokers:
                 await nursery.start(broker.run)
+                if gc_freeze:
+                    # `kraftwerk broker` freezes its heap once its node serves (cli/main.py),
+                    # so a broker's own start-up objects never reach another collection:
+                    # the same here, broker by broker.
+                    gc.freeze()
             running_bound = RUNNING_WAIT_BASE_S + RUNNING_WAIT_PER_BROKER_S * n
             with trio.move_on_after(running_bound):
                 for broker in brokers:  # bounded by the scope; each waits on state changes
@@ -164,9 +181,17 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
             result["start_cpu_s"] = time.process_time() - cpu_start
             result["start_gc_s"] = sum(GC.mark()[0]) - sum(gc_start[0])
             if gc_freeze:
-                # All N images share this one heap, so each full collection walks every
-                # broker's image (~1 s at N=300): a cost of the one-process harness, not of a
-                # broker (each real one has a heap of its own). Opt-in, reported as such.
+                # Once more with every broker RUNNING (their images now hold all N
+                # registrations). A real broker's image is in its own heap, frozen at start;
+                # here all N images share this one heap, and without the freeze each full
+                # collection walks every broker's image (1.1-2.1 s a step at N=300): a cost
+                # of the one-process harness, not of a broker. --no-gc-freeze measures it.
+                # Unfrozen and collected whole first: CPython starts a full collection only
+                # once the objects that survived younger ones exceed a quarter of those the
+                # last full collection kept, and after the broker-by-broker freezes that
+                # count is tiny; one collection of the whole heap here (outside the steps)
+                # makes it the heap's size again, as in a process that froze once.
+                gc.unfreeze()
                 gc.collect()
                 gc.freeze()
             # The standing load of N idle brokers (Fetch long polls, heartbeats), before any change.
@@ -184,7 +209,10 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
             with py_spy(profile):
                 async with await KafkaClient.connect(common.HOST, quorum.port(leader), "bench-brokers") as client:
                     for level in FANOUT_STEPS:
+                        settled_s = await settle(brokers, SETTLE_WAIT_BASE_S + SETTLE_WAIT_PER_BROKER_S * n) \
+                            if settle_first else None
                         result["steps"].append(await fanout_step(brokers, client, level, n, pids))
+                        result["steps"][-1]["settle_s"] = settled_s
                         print(f"N={n}: step to {LEVEL_NAMES[level]}: all renegotiated after "
                               f"{ms(result['steps'][-1]['all_s'])} ms", file=sys.stderr, flush=True)
             # The harness's own floor, measured with the brokers still connected.
@@ -196,6 +224,28 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
         result["note"] = (f"cut by --budget-s after {len(result['steps'])} of {len(FANOUT_STEPS)} steps"
                           + ("" if not math.isnan(result["start_s"]) else " (brokers not all RUNNING yet)"))
     return result
+
+
+async def settle(brokers, bound_s: float) -> float:
+    """With --settle, before a step: waits (bounded) until the cluster is quiet — every
+    broker RUNNING and its image replayed up to the highest high watermark any broker
+    knows, with that high watermark unchanged over SETTLE_QUIET_POLLS polls — so that a
+    step does not also carry the previous step's tail (at 3.7-IV2 every broker
+    re-registers with its log directory: N records that each of the N brokers replays).
+    Returns the seconds waited."""
+    from server.broker.lifecycle import BrokerState
+
+    started = trio.current_time()
+    quiet_polls, previous = 0, None
+    with trio.move_on_after(bound_s):
+        while quiet_polls < SETTLE_QUIET_POLLS:  # bounded by the scope
+            high_watermark = max(b.raft_driver.high_watermark for b in brokers)
+            quiet = all(b.lifecycle.state is BrokerState.RUNNING and b.replayer.replayed_end_offset >= high_watermark
+                        for b in brokers)
+            quiet_polls = quiet_polls + 1 if quiet and high_watermark == previous else 0
+            previous = high_watermark if quiet else None
+            await trio.sleep(SETTLE_POLL_S)
+    return trio.current_time() - started
 
 
 async def harness_floor(brokers) -> dict:
@@ -212,6 +262,7 @@ async def harness_floor(brokers) -> dict:
       connections, all at once (the renegotiation's round trips).
     Each part is timed alone; `total_s` is their sum (they are sequential per broker)."""
     floor: dict = {}
+    gc_start = GC.mark()
     record = b"x" * 120  # a one-record batch of the size of the step's FeatureLevelRecord batch
     started = time.perf_counter()
     for broker in brokers:
@@ -259,6 +310,7 @@ async def harness_floor(brokers) -> dict:
             answered += 1
 
     started = trio.current_time()
+    gc_before, cpu_before = GC.mark(), time.process_time()
     async with trio.open_nursery() as askers:
         for broker in brokers:
             for voter in broker.voters:
@@ -266,6 +318,13 @@ async def harness_floor(brokers) -> dict:
                 if peer is not None:
                     askers.start_soon(ask, peer)
     floor["api_versions_s"] = trio.current_time() - started
+    gc_after = GC.mark()
+    # What the brokers' process spent on those round trips, and how much of it was the
+    # garbage collector (a full collection walks every object of this one heap).
+    floor["api_versions_cpu_s"] = time.process_time() - cpu_before
+    floor["api_versions_gc_s"] = sum(gc_after[0]) - sum(gc_before[0])
+    floor["api_versions_gc_full"] = gc_after[1][2] - gc_before[1][2]
+    floor["gc_s"] = sum(gc_after[0]) - sum(gc_start[0])
     floor["api_versions_answered"] = answered
     floor["total_s"] = floor["append_s"] + floor["snapshot_s"] + floor["api_versions_s"]
     return floor
@@ -442,7 +501,7 @@ def run_fanout(args) -> int:
 
                 async def cell():
                     return await fanout_cell(n, quorum, leader, trio.current_time() + remaining, profile,
-                                             args.gc_freeze)
+                                             args.gc_freeze, args.settle)
 
                 cells[n] = trio.run(cell)
                 cells[n]["leader"] = leader
@@ -459,7 +518,7 @@ def run_fanout(args) -> int:
           f"{' -> '.join(LEVEL_NAMES[x] for x in (11,) + FANOUT_STEPS)}; per step and broker: time from the "
           f"committed reply's arrival to the broker's image showing the level (its commit callback) and to "
           f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). "
-          f"{'gc.freeze() once all were RUNNING. ' if args.gc_freeze else ''}"
+          f"{'gc.freeze() once all were RUNNING (as `kraftwerk broker` freezes its start-up heap). ' if args.gc_freeze else 'No gc.freeze() (--no-gc-freeze): full collections walk all N images. '}"
           f"RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
           f"{os.cpu_count()} CPUs shared by the brokers' process and the three controllers.\n")
     rows = []
@@ -478,7 +537,8 @@ def run_fanout(args) -> int:
                   f"offsets replayed {step['replayed_offsets_per_broker']}, CPU ms of the brokers' process "
                   f"{step['cpu_s'][0] * 1000 / n:.2f} and of the leader {step['cpu_s'][1] * 1000 / n:.2f}; "
                   f"in the garbage collector {sum(step['gc_s']) * 1000:.0f} ms "
-                  f"(collections by generation {step['gc_collections']})")
+                  f"(collections by generation {step['gc_collections']})"
+                  + (f"; settled {ms(step['settle_s'])} ms before the step" if step.get("settle_s") is not None else ""))
     print()
     for n, cell in cells.items():
         for step in cell["steps"]:
@@ -519,7 +579,9 @@ def run_fanout(args) -> int:
             continue
         all_median = common.percentile(alls, 0.5)
         floor_rows.append([n, ms(floor["append_s"]), f"{floor['snapshot_bytes_median']:,}", ms(floor["snapshot_s"]),
-                           f"{ms(floor['api_versions_s'])} ({floor['api_versions_answered']})", ms(floor["total_s"]),
+                           f"{ms(floor['api_versions_s'])} ({floor['api_versions_answered']})",
+                           f"{ms(floor['api_versions_cpu_s'])} / {ms(floor['api_versions_gc_s'])} "
+                           f"({floor['api_versions_gc_full']})", ms(floor["total_s"]),
                            ms(all_median), f"{all_median / floor['total_s']:.1f}" if floor["total_s"] else "-",
                            f"{floor['total_s'] * 1000 / n:.2f}"])
     if floor_rows:
@@ -529,6 +591,7 @@ def run_fanout(args) -> int:
               "once.\n")
         print(common.markdown_table(["N", "N appends+fsync ms (serial)", "snapshot bytes (median)",
                                      "N snapshot files ms (threads)", "N x 3 ApiVersions ms (answered)",
+                                     "of it: CPU ms of the brokers' process / GC ms (full collections)",
                                      "floor ms (sum)", "ours: all brokers ms (median of steps)", "ours / floor",
                                      "floor ms per broker"], floor_rows))
     if skipped:
@@ -538,7 +601,7 @@ def run_fanout(args) -> int:
           f"at end: {' '.join(f'{x:.2f}' for x in load_end)}")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "command": common.command_line(), "gc_freeze": args.gc_freeze,
+            "command": common.command_line(), "gc_freeze": args.gc_freeze, "settle": args.settle,
             "load_start": load_start, "load_end": load_end,
             "skipped": skipped, "results": {str(n): _cell_json(n, cell) for n, cell in cells.items()}},
             indent=2, default=str))
@@ -564,7 +627,7 @@ def _cell_json(n: int, cell: dict) -> dict:
             "renegotiated_max_s": max(samples, default=None), "all_s": num(step["all_s"]),
             "describe_cluster_max": {str(k): v for k, v in step["describe_cluster_max"].items()},
             "sent_per_broker": step["sent_per_broker"], "cpu_s": step["cpu_s"], "gc_s": step["gc_s"],
-            "gc_collections": step["gc_collections"],
+            "gc_collections": step["gc_collections"], "settle_s": step.get("settle_s"),
             "replayed_offsets_per_broker": step["replayed_offsets_per_broker"],
             "missed": step["missed"][:10]})
     alls = [step["all_s"] for step in cell["steps"] if not math.isnan(step["all_s"])]
@@ -574,6 +637,101 @@ def _cell_json(n: int, cell: dict) -> dict:
             "note": cell["note"], "steps": steps, "all_median_s": all_median,
             "all_ms_per_broker": all_median * 1000 / n if all_median is not None else None,
             "floor": cell.get("floor")}
+
+
+# --------------------------------------------------------------------------
+# 1b. the ApiVersions floor alone: connections without broker images
+# --------------------------------------------------------------------------
+
+async def apiversions_cell(n: int, quorum: common.Quorum, rounds: int) -> dict:
+    """N "brokers" as the fan-out's have them toward each controller (a controller and a
+    forwarding connection: PeerConnection, their client ids), but no BrokerNode: no image,
+    no Fetch, no heartbeats. Then `rounds` times N x 3 ApiVersions at once, as the
+    harness floor asks them; per round the wall time, the CPU of this process and of each
+    controller, and the garbage collector's time here."""
+    from server.net.peer import PeerAddress, PeerConnection
+
+    rng = random.Random(n)
+    asked: list = []
+    rows: list[dict] = []
+    async with trio.open_nursery() as nursery:
+        for index in range(n):
+            for node_id in quorum.specs:
+                for suffix in ("", "-forward"):
+                    peer = PeerConnection(PeerAddress(node_id, common.HOST, quorum.port(node_id)),
+                                          f"kraftwerk-broker-{BROKER_ID_BASE + index}{suffix}", rng)
+                    await nursery.start(peer.run)
+                    if not suffix:
+                        asked.append(peer)
+        with trio.fail_after(RUNNING_WAIT_BASE_S + RUNNING_WAIT_PER_BROKER_S * n):
+            for peer in asked:
+                await peer.wait_connected()
+        pids = [os.getpid()] + [quorum.pid(node_id) for node_id in quorum.specs]
+        for _ in range(rounds):
+            answered = 0
+
+            async def ask(peer) -> None:
+                nonlocal answered
+                if await peer.renegotiate(REQUEST_TIMEOUT_S):
+                    answered += 1
+
+            cpu_before, gc_before = [common.process_cpu_s(pid) for pid in pids], GC.mark()
+            started = trio.current_time()
+            async with trio.open_nursery() as askers:
+                for peer in asked:
+                    askers.start_soon(ask, peer)
+            wall_s = trio.current_time() - started
+            gc_after = GC.mark()
+            rows.append({"wall_s": wall_s, "answered": answered,
+                         "cpu_s": [common.process_cpu_s(pid) - before for pid, before in zip(pids, cpu_before)],
+                         "gc_s": sum(gc_after[0]) - sum(gc_before[0]),
+                         "gc_full": gc_after[1][2] - gc_before[1][2]})
+            await trio.sleep(0.2)  # let the controllers' and this process's stragglers finish
+        nursery.cancel_scope.cancel()
+    return {"brokers": n, "rounds": rows}
+
+
+def run_apiversions(args) -> int:
+    counts = [int(x) for x in args.brokers.split(",") if x.strip()]
+    nofile = raise_open_files_limit()
+    load_start = os.getloadavg()
+    # GC-tracked containers kept alive here, as N broker images would be (the fan-out's
+    # process at N=300 holds a few million): every full collection walks them.
+    ballast = [[{} for _ in range(9)] for _ in range(args.ballast_k * 100)]
+    cells = []
+    for n in counts:
+        work = common.work_dir(args.dir, f"bench_brokers_apiversions_{n}_")
+        try:
+            with common.kraftwerk_quorum(work, VOTERS, FANOUT_FORMAT_MV) as (quorum, _leader):
+                cells.append(trio.run(apiversions_cell, n, quorum, args.rounds))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    load_end = os.getloadavg()
+    print(f"$ {common.command_line()}")
+    print(f"Per N: a fresh {VOTERS}-voter quorum (real processes, 127.0.0.1) at {FANOUT_FORMAT_MV}; N x 3 x 2 "
+          f"PeerConnections from this process (a controller and a forwarding connection per broker and "
+          f"controller, as BrokerNode has) without broker images; {args.rounds} rounds of one ApiVersions per "
+          f"broker and controller, all at once (the fan-out's harness floor). Ballast: {args.ballast_k}k x 10 "
+          f"GC-tracked containers in this process. RLIMIT_NOFILE {nofile}.\n")
+    rows = []
+    for cell in cells:
+        n, rounds = cell["brokers"], cell["rounds"]
+        middle = sorted(rounds, key=lambda r: r["wall_s"])[len(rounds) // 2]
+        rows.append([n, 3 * n, ms(middle["wall_s"]), f"{middle['wall_s'] * 1000 / (3 * n):.2f}",
+                     f"{middle['cpu_s'][0] * 1000 / (3 * n):.2f}",
+                     " / ".join(f"{c * 1000 / n:.2f}" for c in middle["cpu_s"][1:]),
+                     f"{ms(middle['gc_s'])} ({middle['gc_full']})", ", ".join(ms(r["wall_s"]) for r in rounds)])
+    print(common.markdown_table(["N", "requests", "wall ms (median round)", "wall ms per request",
+                                 "CPU ms per request, this process", "CPU ms per request, controllers 1/2/3",
+                                 "GC ms here (full collections)", "all rounds ms"], rows))
+    print(f"\nload average at start: {' '.join(f'{x:.2f}' for x in load_start)}; "
+          f"at end: {' '.join(f'{x:.2f}' for x in load_end)}")
+    del ballast
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": common.command_line(), "ballast_k": args.ballast_k,
+                                               "load_start": load_start, "load_end": load_end, "results": cells},
+                                              indent=2))
+    return 0
 
 
 # --------------------------------------------------------------------------
@@ -827,21 +985,32 @@ def main(argv: list[str] | None = None) -> int:
     fan.add_argument("--brokers", default="3,30,300", help="comma-separated broker counts")
     fan.add_argument("--budget-s", type=float, default=300.0, help="no N starts (or continues) after this")
     fan.add_argument("--json", default=None, help="also write the results as JSON to this file")
-    fan.add_argument("--gc-freeze", action="store_true",
-                     help="gc.freeze() once all N are RUNNING: full collections skip the N images the one "
-                          "process holds (a harness cost; see GcClock)")
+    fan.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+                     help="gc.freeze() once all N are RUNNING, as `kraftwerk broker` does once it serves "
+                          "(cli/main.py): full collections then skip the start-up heap, here the N images "
+                          "the one process holds (default; --no-gc-freeze measures without, see GcClock)")
+    fan.add_argument("--settle", action=argparse.BooleanOptionalAction, default=False,
+                     help="before each step, wait (bounded) until every broker is RUNNING and has replayed "
+                          "the high watermark, unchanged over 3 polls: a step then does not carry the previous "
+                          "step's re-registrations (the wait is reported, not counted)")
     fan.add_argument("--py-spy", default=None, metavar="PATH",
                      help="profile the steps with py-spy (raw stacks to PATH.<N>; needs .venv/bin/py-spy)")
+    api = sub.add_parser("apiversions", help="the floor's N x 3 ApiVersions alone: connections, no broker images")
+    api.add_argument("--brokers", default="30,100,300", help="comma-separated broker counts")
+    api.add_argument("--rounds", type=int, default=5)
+    api.add_argument("--ballast-k", type=int, default=0,
+                     help="thousands x 10 GC-tracked containers kept alive here (the heap N images make)")
+    api.add_argument("--json", default=None, help="also write the results as JSON to this file")
     sto = sub.add_parser("storm", help="simulated brokers registering and heartbeating")
     sto.add_argument("--brokers", type=int, default=1000)
     sto.add_argument("--duration-s", type=float, default=30.0, help="steady window after all are unfenced")
-    for p in (fan, sto):
+    for p in (fan, api, sto):
         p.add_argument("--dir", default=None, help="parent of the temporary work directory (the disk measured)")
     args = parser.parse_args(argv)
     os.chdir(common.REPO)  # local_cluster runs `python -m cli.main` from the current directory
     from server.observability import configure_logging
     configure_logging("warning")
-    return {"fanout": run_fanout, "storm": run_storm}[args.measure](args)
+    return {"fanout": run_fanout, "apiversions": run_apiversions, "storm": run_storm}[args.measure](args)
 
 
 if __name__ == "__main__":

@@ -207,6 +207,8 @@ def encode_batch(
     values: Sequence[bytes],
     timestamp_ms: int,
     control_type: int | None = None,
+    *,
+    headers: Sequence[tuple[tuple[str, bytes | None], ...]] | None = None,
 ) -> bytes:
     """One batch the way KRaft's BatchBuilder writes it.
 
@@ -214,11 +216,18 @@ def encode_batch(
     every record at `timestamp_ms` (delta 0) with a null key and no headers,
     offsets base_offset, base_offset + 1, ... With `control_type`, the batch is
     a control batch and every record gets the control key for that type.
+    `headers`, if given, holds each record's headers (one entry per value): the
+    bytes are then those `encode_record_batch` writes for the same records.
     """
     if not values:
         raise EncodeError("a record batch needs at least one record")
     key = None if control_type is None else control_record_key(control_type)
-    body = _encode_kraft_records(values, key)
+    if headers is None:
+        body = _encode_kraft_records(values, key)
+    else:
+        if len(headers) != len(values):
+            raise EncodeError(f"{len(headers)} header entries for {len(values)} records")
+        body = _encode_kraft_records_with_headers(values, key, headers)
     return _assemble(
         base_offset=base_offset,
         leader_epoch=leader_epoch,
@@ -257,6 +266,50 @@ def _encode_kraft_records(values: Sequence[bytes], key: bytes | None) -> bytes:
         append(value_length_part)
         append(value)
         append(b"\x00")
+    return b"".join(parts)
+
+
+def _encode_kraft_records_with_headers(values: Sequence[bytes], key: bytes | None,
+                                      headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> bytes:
+    # `_encode_kraft_records` with each record's headers after its value, laid out as
+    # `encode_record_batch` does (a snapshot's records each carry their replay offset:
+    # this writes them without a Record and a RecordBatch per record).
+    key_part = _NULL_LENGTH if key is None else _varint(len(key)) + key
+    fixed_bytes = 2 + len(key_part)  # attributes, tsDelta 0, key
+    encoded_keys: dict[str, bytes] = {}
+    parts: list[bytes] = []
+    append = parts.append
+    for delta, value in enumerate(values):
+        delta_part = _varint(delta)
+        if value is None:
+            value_length_part = _NULL_LENGTH
+            value = b""
+        else:
+            value_length_part = _varint(len(value))
+        record_headers = headers[delta]
+        if record_headers:
+            header_parts = [_varint(len(record_headers))]
+            for header_key, header_value in record_headers:
+                encoded_key = encoded_keys.get(header_key)
+                if encoded_key is None:
+                    raw_key = header_key.encode("utf-8")
+                    encoded_key = encoded_keys[header_key] = _varint(len(raw_key)) + raw_key
+                header_parts.append(encoded_key)
+                if header_value is None:
+                    header_parts.append(_NULL_LENGTH)
+                else:
+                    header_parts.append(_varint(len(header_value)))
+                    header_parts.append(header_value)
+            header_bytes = b"".join(header_parts)
+        else:
+            header_bytes = b"\x00"
+        append(_varint(fixed_bytes + len(delta_part) + len(value_length_part) + len(value) + len(header_bytes)))
+        append(b"\x00\x00")
+        append(delta_part)
+        append(key_part)
+        append(value_length_part)
+        append(value)
+        append(header_bytes)
     return b"".join(parts)
 
 

@@ -142,7 +142,13 @@ def _register_broker_record(registration: BrokerRegistration, mv_level: int | No
 def register_broker_record_version(registration: BrokerRegistration, mv_level: int | None) -> int:
     """The RegisterBrokerRecord version a snapshot writes `registration` at: the one the
     finalized metadata.version implies, raised to the lowest that carries what it holds."""
-    version = ft.register_broker_record_version(mv_level) if mv_level is not None else 0
+    return _registration_record_version(
+        registration, ft.register_broker_record_version(mv_level) if mv_level is not None else 0)
+
+
+def _registration_record_version(registration: BrokerRegistration, version: int) -> int:
+    # `version`: what the finalized metadata.version implies (the same for every
+    # registration of one snapshot, so looked up once per snapshot).
     if registration.in_controlled_shutdown:
         version = max(version, 1)
     if registration.is_migrating_zk_broker:
@@ -335,10 +341,14 @@ def encode_snapshot_records(state: ControllerState) -> list[SnapshotRecord]:
     """`snapshot_plan` as records of the snapshot file, each with its replay offset header."""
     entries = []
     mv_level = state.metadata_version
+    base_version = ft.register_broker_record_version(mv_level) if mv_level is not None else 0
+    pack_offset = _OFFSET.pack
     for item in _plan(state):
-        headers = ((REPLAY_OFFSET_HEADER, _OFFSET.pack(item.offset)),)
-        if item.registration is not None:
-            entries.append(SnapshotRecord(register_broker_record_value(item.registration, mv_level), None, headers))
+        headers = ((REPLAY_OFFSET_HEADER, pack_offset(item.offset)),)
+        registration = item.registration
+        if registration is not None:
+            value = _registration_value(registration, mv_level, _registration_record_version(registration, base_version))
+            entries.append(SnapshotRecord(value, None, headers))
         elif item.record is not None:
             entries.append(SnapshotRecord(encode_metadata_record(item.record), None, headers))
         else:
@@ -368,22 +378,32 @@ _FRAME_PREFIX = bytes((1, mr.REGISTER_BROKER_RECORD.api_key))
 def register_broker_record_value(registration: BrokerRegistration, mv_level: int | None) -> bytes:
     """The encoded RegisterBrokerRecord (frame included) a snapshot holds for `registration`:
     exactly `encode_metadata_record(_register_broker_record(registration, mv_level))`."""
-    version = register_broker_record_version(registration, mv_level)
+    return _registration_value(registration, mv_level, register_broker_record_version(registration, mv_level))
+
+
+def _registration_value(registration: BrokerRegistration, mv_level: int | None, version: int) -> bytes:
     try:
         return _register_broker_record_fast(registration, version)
-    except (struct.error, TypeError, ValueError, AttributeError, OverflowError):
+    except (struct.error, TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return encode_metadata_record(_register_broker_record(registration, mv_level))
+
+
+# One-byte unsigned varints (0..127): the lengths, counts and versions of a registration
+# almost always fall here. An immutable table, built once.
+_UVARINT_1 = tuple(bytes((number,)) for number in range(0x80))
 
 
 def _compact_string(value: str) -> bytes:
     if value.__class__ is not str:
         raise TypeError("not a str")
     data = value.encode("utf-8")
-    return encode_uvarint(len(data) + 1) + data
+    length = len(data) + 1
+    return (_UVARINT_1[length] if length < 0x80 else encode_uvarint(length)) + data
 
 
 def _uuid_array(values) -> bytes:
-    parts = [encode_uvarint(len(values) + 1)]
+    count = len(values) + 1
+    parts = [_UVARINT_1[count] if count < 0x80 else encode_uvarint(count)]
     for value in values:
         if value.__class__ is not uuid.UUID:
             raise TypeError("not a UUID")
@@ -392,32 +412,40 @@ def _uuid_array(values) -> bytes:
 
 
 def _register_broker_record_fast(registration: BrokerRegistration, version: int) -> bytes:
+    # Every broker's snapshot holds every registration (N of them, at each
+    # metadata.version change): local names and the one-byte varint table rather than
+    # a call per length.
     if registration.incarnation_id.__class__ is not uuid.UUID or version.__class__ is not int \
             or not 0 <= version <= 4:
         raise TypeError("unusual registration")
-    parts = [_FRAME_PREFIX, encode_uvarint(version), _RB_HEAD.pack(registration.broker_id)]
+    uvarint = _UVARINT_1
+    compact = _compact_string
+    parts = [_FRAME_PREFIX, uvarint[version], _RB_HEAD.pack(registration.broker_id)]
+    append = parts.append
     if version >= 2:
-        parts.append(b"\x01" if registration.is_migrating_zk_broker else b"\x00")
-    parts.append(registration.incarnation_id.bytes)
-    parts.append(_RB_EPOCH.pack(registration.epoch))
+        append(b"\x01" if registration.is_migrating_zk_broker else b"\x00")
+    append(registration.incarnation_id.bytes)
+    append(_RB_EPOCH.pack(registration.epoch))
     endpoints = registration.endpoints
-    parts.append(encode_uvarint(len(endpoints) + 1))
+    append(uvarint[len(endpoints) + 1] if len(endpoints) < 0x7F else encode_uvarint(len(endpoints) + 1))
+    port_protocol = _RB_PORT_PROTOCOL.pack
     for endpoint in endpoints:
-        parts.append(_compact_string(endpoint.name))
-        parts.append(_compact_string(endpoint.host))
-        parts.append(_RB_PORT_PROTOCOL.pack(endpoint.port, endpoint.security_protocol))
-        parts.append(b"\x00")  # the endpoint's (empty) tagged fields
+        append(compact(endpoint.name))
+        append(compact(endpoint.host))
+        append(port_protocol(endpoint.port, endpoint.security_protocol))
+        append(b"\x00")  # the endpoint's (empty) tagged fields
     features = sorted(registration.supported_features.items())
-    parts.append(encode_uvarint(len(features) + 1))
+    append(uvarint[len(features) + 1] if len(features) < 0x7F else encode_uvarint(len(features) + 1))
+    supported_range = _RB_RANGE.pack
     for name, supported in features:
-        parts.append(_compact_string(name))
-        parts.append(_RB_RANGE.pack(supported.min_level, supported.max_level))
-        parts.append(b"\x00")
+        append(compact(name))
+        append(supported_range(supported.min_level, supported.max_level))
+        append(b"\x00")
     rack = registration.rack
-    parts.append(b"\x00" if rack is None else _compact_string(rack))
-    parts.append(b"\x01" if registration.fenced else b"\x00")
+    append(b"\x00" if rack is None else compact(rack))
+    append(b"\x01" if registration.fenced else b"\x00")
     if version >= 1:
-        parts.append(b"\x01" if registration.in_controlled_shutdown else b"\x00")
+        append(b"\x01" if registration.in_controlled_shutdown else b"\x00")
     # Tagged fields, by tag, each only when it differs from its default (LogDirs: empty,
     # CordonedLogDirs: null).
     tagged = []
@@ -425,11 +453,11 @@ def _register_broker_record_fast(registration: BrokerRegistration, version: int)
         tagged.append((0, _uuid_array(registration.log_dirs)))
     if version >= 4 and registration.cordoned_log_dirs is not None:
         tagged.append((1, _uuid_array(registration.cordoned_log_dirs)))
-    parts.append(encode_uvarint(len(tagged)))
+    append(uvarint[len(tagged)])
     for tag, payload in tagged:
-        parts.append(encode_uvarint(tag))
-        parts.append(encode_uvarint(len(payload)))
-        parts.append(payload)
+        append(uvarint[tag])
+        append(uvarint[len(payload)] if len(payload) < 0x80 else encode_uvarint(len(payload)))
+        append(payload)
     return b"".join(parts)
 
 

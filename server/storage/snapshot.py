@@ -45,6 +45,7 @@ from typing import NamedTuple
 from protocol.errors import DecodeError
 from protocol.raft_records import SNAPSHOT_FOOTER_RECORD, SNAPSHOT_HEADER_RECORD
 from protocol.record_batch import (
+    CONTROL_KEY_BYTES,
     DEFAULT_MAX_BATCH_BYTES,
     HEADER_BYTES,
     ControlRecordType,
@@ -214,11 +215,17 @@ def delete_snapshots_before(directory: str | os.PathLike[str], snapshot_id: Snap
 
 
 def _record_bound_bytes(record: SnapshotRecord) -> int:
-    key_bytes = 0 if record.control_type is None else len(control_record_key(record.control_type))
-    header_bytes = sum(
-        10 + len(key.encode("utf-8")) + (len(value) if value is not None else 0) for key, value in record.headers
-    )
-    return _RECORD_OVERHEAD_BYTES + key_bytes + len(record.value) + header_bytes
+    # Once per record of every snapshot (a broker's holds every registration): plain
+    # loops, no generator. A control key is always CONTROL_KEY_BYTES (int16 version,
+    # int16 type); append_records has checked the type first.
+    size = _RECORD_OVERHEAD_BYTES + len(record.value)
+    if record.control_type is not None:
+        size += CONTROL_KEY_BYTES
+    for key, value in record.headers:
+        size += 10 + len(key.encode("utf-8"))
+        if value is not None:
+            size += len(value)
+    return size
 
 
 def _encode_snapshot_batch(
@@ -226,8 +233,14 @@ def _encode_snapshot_batch(
 ) -> bytes:
     control_type = records[0].control_type
     mixed = any(record.control_type != control_type for record in records)
-    if not mixed and not any(record.headers for record in records):
-        return encode_batch(base_offset, epoch, [record.value for record in records], timestamp_ms, control_type)
+    if not mixed:
+        # One control type (or none): KRaft's batch layout, each record's headers
+        # (a controller snapshot's replay offsets) written straight after its value;
+        # the same bytes as the general encoder below, without a Record per record.
+        values = [record.value for record in records]
+        headers = [record.headers for record in records]
+        return encode_batch(base_offset, epoch, values, timestamp_ms, control_type,
+                            headers=headers if any(headers) else None)
     return encode_record_batch(
         RecordBatch(
             base_offset=base_offset,
@@ -306,10 +319,11 @@ class SnapshotWriter:
         self._check_open()
         limit_bytes = self._config.max_batch_bytes - HEADER_BYTES
         for record in records:
-            if record.control_type in (ControlRecordType.SNAPSHOT_HEADER, ControlRecordType.SNAPSHOT_FOOTER):
-                raise ValueError("the writer adds the snapshot header and footer itself")
-            if record.control_type is not None and record.control_type not in _INNER_CONTROL_TYPES:
-                raise ValueError(f"control type {record.control_type} does not belong in a snapshot")
+            if record.control_type is not None:
+                if record.control_type in (ControlRecordType.SNAPSHOT_HEADER, ControlRecordType.SNAPSHOT_FOOTER):
+                    raise ValueError("the writer adds the snapshot header and footer itself")
+                if record.control_type not in _INNER_CONTROL_TYPES:
+                    raise ValueError(f"control type {record.control_type} does not belong in a snapshot")
             size = _record_bound_bytes(record)
             if size > limit_bytes:
                 raise ValueError(f"snapshot record of ~{size} bytes exceeds max_batch_bytes={self._config.max_batch_bytes}")
