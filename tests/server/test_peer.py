@@ -218,3 +218,41 @@ async def test_nothing_is_submitted_to_a_peer_that_is_not_connected():
     answers = _Answers()
     assert not peer.try_submit(60, 0, {}, 1.0, answers.callback(0))
     assert answers.bodies == {}
+
+
+async def test_a_connection_adopts_a_current_answer_from_another_connection_to_the_same_node(tmp_path):
+    directory = tmp_path / "metadata"
+    format_directory(directory)
+    node = ControllerNode(node_config(directory))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        address = PeerAddress(1, "127.0.0.1", node.port)
+        first = PeerConnection(address, "peer-test", random.Random(8))
+        second = PeerConnection(address, "peer-test-forward", random.Random(9))
+        elsewhere = PeerConnection(PeerAddress(1, "127.0.0.1", 1), "peer-test", random.Random(10))
+        for peer in (first, second):
+            await nursery.start(peer.run)
+        with trio.fail_after(10):
+            await first.wait_connected()
+            await second.wait_connected()
+        asked = second.negotiations
+        # An answer that is not newer than its own is not taken; nor by a connection that is down.
+        second.finalized_features_epoch = first.finalized_features_epoch + 1
+        assert not second.adopt_negotiation(first)
+        assert not elsewhere.adopt_negotiation(first)
+        # A newer one is: the versions and features, without an exchange of its own.
+        second.finalized_features_epoch = -1
+        second.api_versions = {}
+        assert second.adopt_negotiation(first)
+        assert second.api_versions == first.api_versions and second.api_versions is not first.api_versions
+        assert second.finalized_features == first.finalized_features
+        assert second.supported_features == first.supported_features
+        assert second.finalized_features_epoch == first.finalized_features_epoch
+        assert second.negotiations == asked
+        # Another node's address: never (a connection's versions are its node's).
+        other = PeerConnection(PeerAddress(2, "127.0.0.1", node.port), "peer-test", random.Random(11))
+        other.api_versions = {18: (0, 1)}
+        other.finalized_features_epoch = first.finalized_features_epoch + 10
+        assert not second.adopt_negotiation(other)
+        assert second.api_versions == first.api_versions
+        nursery.cancel_scope.cancel()
