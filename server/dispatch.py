@@ -27,13 +27,19 @@ Owns: the decision of what happens to each frame (Kafka's `SocketServer` /
   KRaft RPCs answer later without a task: their handler hands the request to
   the Raft driver and the driver's answer fills the slot (a task per Fetch
   was a good part of the leader's CPU per commit).
+- Per request only what the request itself decides is worked out: what follows
+  from its API key and version (the API, header version, decoder, request
+  counter, whether the version is gated under the node's advertised table) is
+  resolved once per (key, version) (`_Route`) and re-judged when the node hands
+  out another table; the node's views are read once per synchronous stretch of
+  a connection's requests when the reader passes its `NodeViews`.
 """
 
 from __future__ import annotations
 
 import struct
-import time
 from io import BytesIO
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 import trio
@@ -45,7 +51,7 @@ from protocol.registry import api_name
 from server.api.context import RequestContext
 from server.api.errors import ApiError
 from server.gating import gated_version_message
-from server.net.listener import CloseConnection, Connection, PendingResponse
+from server.net.listener import CloseConnection, Connection, NodeViews, PendingResponse
 from server.observability import Event, get_logger
 
 if TYPE_CHECKING:
@@ -57,8 +63,9 @@ log = get_logger("net")
 
 _SIZE = struct.Struct(">i")
 _SIZE_AND_CORRELATION = struct.Struct(">ii")
+_SIZE_CORRELATION_NO_TAGS = struct.Struct(">iiB")  # response header v1 without tagged fields
 _INT16 = struct.Struct(">h")
-_NO_TAGGED_FIELDS = b"\x00"
+_CORRELATION = struct.Struct(">i")
 
 
 def read_request_header(frame: bytes, header_version: int) -> tuple[str | None, int]:
@@ -80,12 +87,55 @@ def read_request_header(frame: bytes, header_version: int) -> tuple[str | None, 
             except UnicodeDecodeError:
                 pass
         if position >= 0 and header_version == 2:
-            position = position + 1 if frame[position:position + 1] == _NO_TAGGED_FIELDS else -1
+            position = position + 1 if position < len(frame) and frame[position] == 0 else -1
         if position >= 0:
             return client_id, position
     stream = BytesIO(frame)
     header = REQUEST_HEADER.decode(header_version, stream)
     return header.client_id, stream.tell()
+
+
+class _Route:
+    """What the dispatcher resolves once per (API key, version) a client used: the API,
+    its header version, request decoder and request counter, and whether the version
+    is gated under the node's advertised table `ranges` (re-judged whenever the node
+    hands out another table: it replaces, never mutates, it on a metadata.version
+    change). Only versions the protocol declares for a served API get one, so there
+    are boundedly many."""
+
+    __slots__ = ("api", "version", "header_version", "decode", "count", "served", "ranges", "gated")
+
+    def __init__(self, api: "ServedApi", version: int, count) -> None:
+        self.api = api
+        self.version = version
+        self.header_version = api.request_header_versions[version]
+        self.decode = _decoder(api, version)
+        self.count = count
+        # Served by the software (else answered UNSUPPORTED_VERSION once decoded).
+        self.served = api.min_version <= version <= api.max_version
+        self.ranges: dict | None = None
+        self.gated = True
+
+    def judge(self, ranges: dict[int, tuple[int, int]]) -> None:
+        allowed = ranges.get(self.api.api_key)
+        # Gated: not served at all, or served by the software but not at this finalized
+        # metadata.version (KIP-778), whether or not this connection was offered it.
+        self.gated = not self.served or allowed is None or not allowed[0] <= self.version <= allowed[1]
+        self.ranges = ranges
+
+
+def _decoder(api: "ServedApi", version: int):
+    """(frame, body offset) -> the decoded request body; DecodeError on bad bytes."""
+    fast = api.spec.request_decoder
+    if fast is not None:
+        return fast(api.request, version)
+    message = api.request
+
+    def decode(frame: bytes, offset: int):
+        stream = BytesIO(frame)
+        stream.seek(offset)
+        return message.decode(version, stream)
+    return decode
 
 
 class Dispatcher:
@@ -94,7 +144,8 @@ class Dispatcher:
         self.config = node.config
         self.metrics = node.metrics
         self.served = served
-        self._request_counters: dict[tuple[int, int], object] = {}
+        # By the frame's first four bytes (API key and version, as sent).
+        self._routes: dict[bytes, _Route] = {}
         # structlog's lazy proxy binds on every call even when the level filters
         # the event out, so the per-request debug line is guarded by a flag.
         self._log_requests = node.config.log_level.lower() == "debug"
@@ -110,7 +161,7 @@ class Dispatcher:
             # fields (v1), body, in one concatenation.
             if header_version == 0:
                 return _SIZE_AND_CORRELATION.pack(len(body) + 4, correlation_id) + body
-            return _SIZE_AND_CORRELATION.pack(len(body) + 5, correlation_id) + _NO_TAGGED_FIELDS + body
+            return _SIZE_CORRELATION_NO_TAGS.pack(len(body) + 5, correlation_id, 0) + body
         stream = BytesIO()
         stream.write(b"\x00\x00\x00\x00")
         stream.write(encode_response_header(correlation_id, header_version))
@@ -120,14 +171,11 @@ class Dispatcher:
         del payload
         return stream.getvalue()
 
-    # -- the entry point ------------------------------------------------------
-    def dispatch(self, conn: Connection, frame: bytes, nursery: trio.Nursery):
-        started = time.perf_counter()
-        if len(frame) < 8:
-            log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
-                        error="request shorter than the fixed header", frame_bytes=len(frame))
-            self.metrics.request_errors.labels("decode").inc()
-            raise CloseConnection()
+    # -- routing --------------------------------------------------------------
+    def _route(self, conn: Connection, frame: bytes) -> "_Route | bytes":
+        """The route of a frame whose API key and version were not seen before (a
+        frame at least 8 bytes long), or the answer / CloseConnection for one that
+        gets none."""
         api_key, version = peek_api(frame)
         api = self.served.get(api_key)
         if api is None:
@@ -149,36 +197,57 @@ class Dispatcher:
                 raise CloseConnection()
             # A version the protocol declares but this node never serves: answered, once
             # decoded, with UNSUPPORTED_VERSION in that version's own response.
-        allowed = self.node.advertised_ranges().get(api_key)
-        # Gated: not served at all, or served by the software but not at this finalized
-        # metadata.version (KIP-778), whether or not this connection was offered it.
-        gated = allowed is None or not allowed[0] <= version <= allowed[1]
-        if not conn.authenticated and not api.before_authentication:
+        route = _Route(api, version, self.metrics.requests.labels(api.name, str(version)))
+        self._routes[frame[:4]] = route
+        return route
+
+    # -- the entry point ------------------------------------------------------
+    def dispatch(self, conn: Connection, frame: bytes, nursery: trio.Nursery, views: NodeViews | None = None):
+        """The answer to one request frame: its bytes, a PendingResponse to wait for, or
+        CloseConnection. `views`: the reader's NodeViews of its current synchronous
+        stretch (None: read from the node)."""
+        started = perf_counter()
+        if len(frame) < 8:
+            log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
+                        error="request shorter than the fixed header", frame_bytes=len(frame))
+            self.metrics.request_errors.labels("decode").inc()
+            raise CloseConnection()
+        route = self._routes.get(frame[:4])
+        if route is None:
+            route = self._route(conn, frame)
+            if route.__class__ is bytes:
+                return route
+        api = route.api
+        version = route.version
+        if views is None:
+            ranges = self.node.advertised_ranges()
+        else:
+            ranges = views.ranges
+            if ranges is None:
+                ranges = views.ranges = self.node.advertised_ranges()
+        if ranges is not route.ranges:
+            route.judge(ranges)
+        sasl = conn.sasl
+        if sasl is not None and not sasl.authenticated and not api.before_authentication:
             # Kafka's SaslServerAuthenticator: anything but these before the SASL exchange
             # has completed is a protocol violation; the connection is closed.
             log.warning(Event.SASL_REQUEST_BEFORE_AUTHENTICATION, connection=conn.connection_id, peer=conn.peer,
-                        api=api_name(api_key), api_version=version)
+                        api=api_name(api.api_key), api_version=version)
             self.metrics.request_errors.labels("unauthenticated").inc()
             raise CloseConnection()
-        stream = BytesIO(frame)
         try:
-            client_id, body_offset = read_request_header(frame, api.request_header_versions[version])
-            stream.seek(body_offset)
-            request = api.request.decode(version, stream)
+            client_id, body_offset = read_request_header(frame, route.header_version)
+            request = route.decode(frame, body_offset)
         except DecodeError as exc:
             log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
-                        api=api_name(api_key), api_version=version, error=str(exc))
+                        api=api_name(api.api_key), api_version=version, error=str(exc))
             self.metrics.request_errors.labels("decode").inc()
             raise CloseConnection() from None
-        correlation_id = _SIZE.unpack_from(frame, 4)[0]
-        if gated:
+        correlation_id = _CORRELATION.unpack_from(frame, 4)[0]
+        if route.gated:
             return self._refuse_gated(conn, api, version, correlation_id, request)
-        ctx = RequestContext(api_key, version, correlation_id, client_id, conn, self.node)
-        counter = self._request_counters.get((api_key, version))
-        if counter is None:
-            counter = self.metrics.requests.labels(api.name, str(version))
-            self._request_counters[(api_key, version)] = counter
-        counter.inc()
+        ctx = RequestContext(api.api_key, version, correlation_id, client_id, conn, self.node)
+        route.count.value += 1
         authorizer = self.authorizer
         if authorizer is not None:
             # Refused requests are answered here with the API's own error shape
@@ -194,16 +263,30 @@ class Dispatcher:
                 if not slot.event.is_set():
                     self.complete(api, ctx, slot, started,
                                   api.error_response(request, version, exc.code, exc.message))
+            finally:
+                if views is not None:  # the Raft driver may have moved (leader, epoch)
+                    views.clear()
             return slot
         if api.is_async:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)
             return slot
-        if api.reads_image and self.node.read_barrier_needed():
+        if api.reads_image:
+            if views is None:
+                barrier_needed = self.node.read_barrier_needed()
+            else:
+                barrier_needed = views.barrier_needed
+                if barrier_needed is None:
+                    barrier_needed = views.barrier_needed = self.node.read_barrier_needed()
+        else:
+            barrier_needed = False
+        if barrier_needed:
             # Not the leader: answered once this node's image has caught up with it.
             slot = PendingResponse()
             nursery.start_soon(self._run_after_read_barrier, api, ctx, request, slot, started)
             return slot
+        # Answered now, in this synchronous step: the table judged by is the node's current one.
+        ctx.advertised = ranges
         try:
             try:
                 body = api.handler(ctx, request)
@@ -218,7 +301,7 @@ class Dispatcher:
             raise CloseConnection() from None
         if self._log_requests:
             log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
-                      client_id=client_id, latency_us=round((time.perf_counter() - started) * 1e6, 1))
+                      client_id=client_id, latency_us=round((perf_counter() - started) * 1e6, 1))
         return payload
 
     async def _run_async(self, api: "ServedApi", ctx: RequestContext, request, slot: PendingResponse,
@@ -268,7 +351,7 @@ class Dispatcher:
         if self._log_requests:
             log.debug(Event.REQUEST, api=api.name, api_version=ctx.api_version,
                       correlation_id=ctx.correlation_id, client_id=ctx.client_id,
-                      latency_us=round((time.perf_counter() - started) * 1e6, 1))
+                      latency_us=round((perf_counter() - started) * 1e6, 1))
         slot.set(payload)
 
     def _refuse_gated(self, conn: Connection, api: "ServedApi", version: int, correlation_id: int,

@@ -136,6 +136,10 @@ class ApiSpec:
     # their own writes: on a node that is not the leader the dispatcher serves it after
     # the node's read barrier (server/nodes/forwarding.py).
     reads_image: bool = False
+    # (request declaration, version) -> a hand-written decoder `(frame, body offset) ->
+    # body` for the requests every connection starts with; it must decode and fail
+    # exactly as the declaration does (None: the declaration decodes).
+    request_decoder: Callable[[Message, int], Callable[[bytes, int], Any]] | None = None
     # README's notes column.
     notes: str = ""
     name: str = field(init=False)
@@ -205,7 +209,7 @@ _KRAFT_NOTES = "KRaft RPC between controllers (and broker observers); answered b
 
 _SPECS = (
     ApiSpec(ApiKey.API_VERSIONS, 0, 5, api_versions.handle, api_versions.handle, api_versions.handle,
-            before_authentication=True, reads_image=True,
+            before_authentication=True, reads_image=True, request_decoder=api_versions.request_decoder,
             notes="v3+: SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady (a "
                   "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "
                   "validated; unknown versions get a v0 reply with UNSUPPORTED_VERSION."),

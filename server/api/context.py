@@ -187,7 +187,7 @@ class RequestContext:
     """What a handler may know about the request it is answering."""
 
     __slots__ = ("api_key", "api_version", "correlation_id", "client_id", "connection", "services", "principal",
-                 "client_host", "forwarded_by")
+                 "client_host", "forwarded_by", "advertised")
 
     def __init__(self, api_key, api_version, correlation_id, client_id, connection, services) -> None:
         self.api_key = api_key
@@ -203,3 +203,7 @@ class RequestContext:
         self.client_host: str = connection.host
         # The forwarding broker's principal when the request came in an Envelope.
         self.forwarded_by: KafkaPrincipal | None = None
+        # The node's advertised API versions (`advertised_ranges()`) as the dispatcher
+        # read them to judge this request, when the handler runs in that same
+        # synchronous step (None otherwise: ask the node).
+        self.advertised: dict[int, tuple[int, int]] | None = None

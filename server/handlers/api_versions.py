@@ -6,6 +6,10 @@ SupportedFeatures, FinalizedFeaturesEpoch and FinalizedFeatures as tagged
 fields. KIP-778: the API versions listed are those the finalized
 metadata.version allows (server/gating.py), so they change with it. The encoded body is cached per (version, finalized epoch) because it
 only changes when features change, and ApiVersions is the hottest request.
+Every connection starts with it, so its usual body is read in place
+(`request_decoder`, the catalog's decoder for it), falling back to the
+declaration for anything else: it decodes and fails exactly where the
+declaration does (tests/server/test_request_path.py compares them).
 
 The connection remembers the ranges it was told (`Connection.remember_advertised`):
 after a metadata.version change the dispatcher answers a request inside them that
@@ -25,12 +29,80 @@ otherwise, Kafka's isValid), on every node.
 from __future__ import annotations
 
 import re
+import struct
+from io import BytesIO
+
+from construct import Container
 
 from protocol.errors import ErrorCode
 from server.api.context import FeatureViews, NodeServices
 from server.net.peer import SOFTWARE_NAME as NODE_SOFTWARE_NAME
 
 SOFTWARE_PATTERN = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+_INT32 = struct.Struct(">i")
+
+
+def request_decoder(message, version: int):
+    """A decoder `(frame, body offset) -> body` of ApiVersions requests of `version`,
+    giving what `message.decode` gives and failing where it fails. The usual v3+ body
+    (compact strings shorter than 127 bytes, valid UTF-8, v5's ClusterId and NodeId, no
+    tagged fields) is read in place; anything else goes through the declaration, which
+    also words the errors. Every connection starts with this request."""
+
+    def declared(frame: bytes, offset: int):
+        stream = BytesIO(frame)
+        stream.seek(offset)
+        return message.decode(version, stream)
+
+    if version < 3:  # no body fields: nothing to read in place
+        return declared
+
+    def decode(frame: bytes, offset: int):
+        end = len(frame)
+        # A compact string shorter than 127 bytes: its length + 1 in one byte (1..127).
+        if offset < end and 0 < frame[offset] < 0x80:
+            name_end = offset + frame[offset]
+            if name_end < end and 0 < frame[name_end] < 0x80:
+                version_end = name_end + frame[name_end]
+                position = version_end
+                cluster_id = None
+                node_id = -1
+                usual = position < end
+                if usual and version >= 5:
+                    # ClusterId: a compact nullable string (0 = null); NodeId: int32.
+                    size = frame[position]
+                    if size >= 0x80:
+                        usual = False
+                    else:
+                        if size:
+                            try:
+                                cluster_id = frame[position + 1:position + size].decode("utf-8")
+                            except UnicodeDecodeError:
+                                usual = False
+                        position += max(size, 1)
+                        if usual and position + 4 < end:
+                            node_id = _INT32.unpack_from(frame, position)[0]
+                            position += 4
+                        else:
+                            usual = False
+                if usual and frame[position] == 0:  # no tagged fields
+                    try:
+                        name = frame[offset + 1:name_end].decode("utf-8")
+                        software_version = frame[name_end + 1:version_end].decode("utf-8")
+                    except UnicodeDecodeError:
+                        pass
+                    else:
+                        body = Container()
+                        body["cluster_id"] = cluster_id
+                        body["node_id"] = node_id
+                        body["client_software_name"] = name
+                        body["client_software_version"] = software_version
+                        return body
+        return declared(frame, offset)
+
+    return decode
 
 
 def _refusal(code: int) -> dict:
@@ -58,12 +130,14 @@ def handle(ctx, request):
     if version >= 5 and services.is_broker and cluster_id is not None and (
             cluster_id != services.cluster_id or node_id != services.node_id):
         return _refusal(ErrorCode.REBOOTSTRAP_REQUIRED)
+    connection = ctx.connection
     if version >= 3:
-        ctx.connection.client_software = (name, software_version)
-        ctx.connection.renegotiates = name == NODE_SOFTWARE_NAME
+        connection.client_software = (name, software_version)
+        connection.renegotiates = name == NODE_SOFTWARE_NAME
     # Read together with the body (a sync handler: no level change in between), so the
     # connection remembers exactly the ranges this answer lists.
-    ctx.connection.remember_advertised(services.advertised_ranges())
+    ranges = ctx.advertised
+    connection.remember_advertised(ranges if ranges is not None else services.advertised_ranges())
     return services.api_versions_body(version)
 
 

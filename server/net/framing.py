@@ -122,6 +122,47 @@ class FrameDecoder:
         self._need = -1
         return frame
 
+    def take_frames(self) -> list[bytes]:
+        """Every whole frame buffered, in order (their bodies, as `next_frame` gives
+        them one by one), for a reader that applies no per-frame limit of its own
+        between frames (a memory pool, a cap that changes after authentication). A
+        bad size prefix behind good frames breaks the decoder: this call still returns
+        the frames before it, the next one raises."""
+        frames: list[bytes] = []
+        if self._need >= 0:  # the body of a frame whose prefix was taken
+            frame = self.next_frame()
+            if frame is None:
+                return frames
+            frames.append(frame)
+        elif self._broken is not None:
+            raise self._broken
+        buffer = self._buffer
+        end = len(buffer)
+        cap = self._max_frame_bytes
+        position = 0
+        while end - position >= SIZE_PREFIX_BYTES:
+            need = _SIZE.unpack_from(buffer, position)[0]
+            if need < 0 or need > cap:
+                del buffer[:position]
+                if not frames:
+                    self._take_prefix()  # words the error, breaks the decoder, raises
+                try:
+                    self._take_prefix()
+                except FrameError:
+                    pass  # broken now: raised by the next call
+                return frames
+            stop = position + SIZE_PREFIX_BYTES + need
+            if stop > end:
+                # Partly here: its prefix is taken, as next_frame takes it.
+                position += SIZE_PREFIX_BYTES
+                self._need = need
+                break
+            frames.append(bytes(buffer[position + SIZE_PREFIX_BYTES:stop]))
+            position = stop
+        if position:
+            del buffer[:position]
+        return frames
+
     def wanted_bytes(self) -> int:
         """How many more bytes would complete the current frame (a read-size hint)."""
         if self._need < 0:

@@ -15,7 +15,11 @@ Rules kept here:
 - Responses that are ready synchronously (reads of controller state) skip
   task creation entirely; only requests that wait for the controller loop get
   a task. The answers of one received chunk that are ready together leave in
-  one send.
+  one send. A chunk's whole frames are taken at once where no per-frame limit
+  applies (`FrameDecoder.take_frames`), and the node's views the dispatcher
+  judges them by are read once per synchronous stretch (`NodeViews`). A chunk
+  that is exactly one whole frame (a client waiting for each answer) is served
+  without the decoder, under the same limits.
 - Hardening: connections over `max.connections` / `max.connections.per.ip`
   are closed at accept; a TLS handshake must finish within
   `kraftwerk.ssl.handshake.timeout.ms`; a frame whose first byte arrived must be
@@ -39,6 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 import ssl
+import struct
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -46,7 +51,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
-from server.net.framing import FrameDecoder, FrameError
+from server.net.framing import SIZE_PREFIX_BYTES, FrameDecoder, FrameError
 from server.net.limits import NetLimits
 from server.security.tls import certificate_principal_name, server_ssl_context
 from server.security.model import ANONYMOUS, KafkaPrincipal
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
     from server.dispatch import Dispatcher
 
 RECEIVE_CHUNK_BYTES = 65536
+_SIZE = struct.Struct(">i")
 
 log = get_logger("net")
 
@@ -119,14 +125,17 @@ STALE_CLOSE_LINGER_S = 0.5
 
 
 class Connection:
-    __slots__ = ("connection_id", "peer", "stream", "client_software", "cancel_scope", "closing", "close_reason",
-                 "in_flight", "max_in_flight", "principal", "listener_name", "security_protocol", "sasl",
-                 "advertised", "renegotiates", "decoder")
+    __slots__ = ("connection_id", "peer", "host", "stream", "client_software", "cancel_scope", "closing",
+                 "close_reason", "in_flight", "max_in_flight", "principal", "listener_name", "security_protocol",
+                 "sasl", "advertised", "renegotiates", "decoder", "holding_frames")
 
     def __init__(self, connection_id: int, peer: str, stream: trio.abc.Stream, *,
                  listener_name: str = "PLAINTEXT", security_protocol: str = "PLAINTEXT") -> None:
         self.connection_id = connection_id
         self.peer = peer
+        # The client's address without the port (what ACLs name as the host); every
+        # request's context carries it, so it is split once.
+        self.host = peer.rpartition(":")[0] or peer
         self.stream = stream
         # Who the client is: User:ANONYMOUS until TLS or SASL says otherwise.
         self.principal: KafkaPrincipal = ANONYMOUS
@@ -155,11 +164,9 @@ class Connection:
         self.max_in_flight = 0
         # The reader's FrameDecoder: bytes of a frame in it are a request already read.
         self.decoder: FrameDecoder | None = None
-
-    @property
-    def host(self) -> str:
-        """The client's address without the port (what ACLs name as the host)."""
-        return self.peer.rpartition(":")[0] or self.peer
+        # The reader waits for an in-flight token with frames it has taken out of the
+        # decoder: requests read, not counted anywhere else.
+        self.holding_frames = False
 
     @property
     def authenticated(self) -> bool:
@@ -169,7 +176,7 @@ class Connection:
     @property
     def idle(self) -> bool:
         """No request is between "read" and "written", and no part of one is buffered."""
-        if self.in_flight is not None and self.in_flight.value != self.max_in_flight:
+        if self.holding_frames or (self.in_flight is not None and self.in_flight.value != self.max_in_flight):
             return False
         return self.decoder is None or self.decoder.buffered_bytes == 0
 
@@ -281,6 +288,27 @@ class ConnectionRegistry:
         return closed
 
 
+class NodeViews:
+    """What the dispatcher judges requests by that only the node's state decides (the
+    API versions advertised now; whether reads wait for the read barrier), read from
+    the node at most once per synchronous stretch of requests — the frames of one
+    received chunk, up to the reader's next await — instead of once per request.
+    Between two checkpoints the node's state is changed only by an answers-later
+    handler (the Raft driver takes the request in place; the sync handlers only read,
+    and async ones only start a task), so the dispatcher drops what it read after
+    one; the reader drops it at each receive and each await of its own (`clear`)."""
+
+    __slots__ = ("ranges", "barrier_needed")
+
+    def __init__(self) -> None:
+        self.ranges: dict[int, tuple[int, int]] | None = None
+        self.barrier_needed: bool | None = None
+
+    def clear(self) -> None:
+        self.ranges = None
+        self.barrier_needed = None
+
+
 class _Tokens:
     """A connection's in-flight tokens: taken by the reader one per request read (it
     decrements `value` itself while one is free, else awaits `take`), given back
@@ -288,20 +316,26 @@ class _Tokens:
     so this is a counter and a parking lot, cheaper per request than a trio.Semaphore
     (no checkpoint when a token is free, one wake-up per bulk give)."""
 
-    __slots__ = ("value", "_lot")
+    __slots__ = ("value", "_lot", "_waiting")
 
     def __init__(self, count: int) -> None:
         self.value = count
         self._lot = trio.lowlevel.ParkingLot()
+        # The reader is parked in `take` (a flag: asking the lot is a Python-level call).
+        self._waiting = False
 
     async def take(self) -> None:
         while not self.value:
-            await self._lot.park()
+            self._waiting = True
+            try:
+                await self._lot.park()
+            finally:
+                self._waiting = False
         self.value -= 1
 
     def give(self, count: int = 1) -> None:
         self.value += count
-        if self._lot:
+        if self._waiting:
             self._lot.unpark_all()
 
 
@@ -415,6 +449,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
     # returns it. With no token left the reader stops reading.
     in_flight = _Tokens(config.connection_max_in_flight_requests)
     outbox = _Outbox()
+    views = NodeViews()
     stream = conn.stream
     reason = "eof"
 
@@ -479,69 +514,111 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                     now = trio.current_time()
                     if idle_deadline - now < idle_seconds:
                         idle_deadline = idle.deadline = now + idle_seconds + 1
-                    frame_started_now = not in_frame
                     if conn.closing:
                         conn.receiving()
+                    if (not in_frame and pool is None and not capped_for_sasl and in_flight.value
+                            and not outbox.queued and len(data) >= SIZE_PREFIX_BYTES
+                            and _SIZE.unpack_from(data)[0] == len(data) - SIZE_PREFIX_BYTES
+                            and len(data) - SIZE_PREFIX_BYTES <= decoder.max_frame_bytes):
+                        # The usual chunk of a client waiting for each answer: exactly one
+                        # whole frame, nothing buffered before it, a token free, nothing
+                        # queued. Served without the decoder; the same limits hold.
+                        in_flight.value -= 1
+                        views.ranges = views.barrier_needed = None
+                        # bytes (some streams hand out bytearrays; bytes() of bytes is no copy).
+                        item = dispatcher.dispatch(conn, bytes(data[SIZE_PREFIX_BYTES:]), nursery, views)
+                        if item.__class__ is bytes:
+                            await stream.send_all(item)
+                            in_flight.give(1)
+                            if conn.closing:
+                                conn.close_if_done()
+                        else:
+                            outbox.queued += 1
+                            try:
+                                send_channel.send_nowait(item)
+                            except trio.WouldBlock:  # cannot happen with the token bound; be safe
+                                await send_channel.send(item)
+                        continue
+                    frame_started_now = not in_frame
                     decoder.receive_data(data)
+                    views.clear()
                     ready: list[bytes] = []
                     while True:
                         if capped_for_sasl and conn.authenticated:
                             decoder.set_max_frame_bytes(config.socket_request_max_bytes, "socket.request.max.bytes")
                             capped_for_sasl = False
-                        if pool is not None and not reserved:
-                            size = decoder.pending_frame_size()
-                            if size is None:
+                        if pool is None and not capped_for_sasl:
+                            # No limit to apply between frames: every whole frame at once.
+                            frames = decoder.take_frames()
+                            if not frames:
                                 break
-                            if not pool.fits_ever(size):
-                                raise FrameError(f"frame of {size} bytes exceeds queued.max.request.bytes="
-                                                 f"{pool.capacity_bytes}")
-                            if not pool.try_reserve(size):
-                                # Mute: read nothing more from this connection until the
-                                # pool has room (answers already made go out first).
-                                if ready:
-                                    await write_directly(ready)
-                                    ready = []
-                                log.info(Event.REQUEST_MEMORY_EXHAUSTED, connection=conn.connection_id,
-                                         peer=conn.peer, frame_bytes=size, reserved_bytes=pool.reserved_bytes,
-                                         pool_bytes=pool.capacity_bytes)
-                                await pool.reserve(size)
-                                # The wait was the server's, not the client's.
-                                frame_deadline = trio.current_time() + receive_timeout_s
-                            reserved = size
-                            limits.memory_reserved.set(pool.reserved_bytes)
-                        frame = decoder.next_frame()
-                        if frame is None:
-                            break
+                        else:
+                            if pool is not None and not reserved:
+                                size = decoder.pending_frame_size()
+                                if size is None:
+                                    break
+                                if not pool.fits_ever(size):
+                                    raise FrameError(f"frame of {size} bytes exceeds queued.max.request.bytes="
+                                                     f"{pool.capacity_bytes}")
+                                if not pool.try_reserve(size):
+                                    # Mute: read nothing more from this connection until the
+                                    # pool has room (answers already made go out first).
+                                    if ready:
+                                        await write_directly(ready)
+                                        ready = []
+                                        views.clear()
+                                    log.info(Event.REQUEST_MEMORY_EXHAUSTED, connection=conn.connection_id,
+                                             peer=conn.peer, frame_bytes=size, reserved_bytes=pool.reserved_bytes,
+                                             pool_bytes=pool.capacity_bytes)
+                                    await pool.reserve(size)
+                                    views.clear()
+                                    # The wait was the server's, not the client's.
+                                    frame_deadline = trio.current_time() + receive_timeout_s
+                                reserved = size
+                                limits.memory_reserved.set(pool.reserved_bytes)
+                            frame = decoder.next_frame()
+                            if frame is None:
+                                break
+                            frames = (frame,)
                         frame_started_now = True  # whatever remains is a new frame
-                        # A closing connection still answers this frame: it has been read.
-                        try:
-                            if in_flight.value:
-                                in_flight.value -= 1
-                            else:
-                                if ready:  # they hold tokens: write them before waiting for more
-                                    # The frame in hand is not in the decoder any more, so
-                                    # the connection may look idle: no graceful close here.
-                                    await write_directly(ready, may_close=False)
-                                    ready = []
-                                await in_flight.take()
-                                frame_deadline = trio.current_time() + receive_timeout_s
-                            item = dispatcher.dispatch(conn, frame, nursery)
-                        finally:
-                            # Decoded (or refused): its bytes are no longer held.
-                            if reserved:
-                                release_memory()
-                        if item.__class__ is bytes and not outbox.queued:
-                            ready.append(item)
-                            continue
-                        if ready:
-                            # Nothing is queued, so these answers come first.
-                            await write_directly(ready)
-                            ready = []
-                        outbox.queued += 1
-                        try:
-                            send_channel.send_nowait(item)
-                        except trio.WouldBlock:  # cannot happen with the token bound; be safe
-                            await send_channel.send(item)
+                        for frame in frames:
+                            # A closing connection still answers this frame: it has been read.
+                            try:
+                                if in_flight.value:
+                                    in_flight.value -= 1
+                                else:
+                                    if ready:  # they hold tokens: write them before waiting for more
+                                        # The frame in hand is not in the decoder any more, so
+                                        # the connection may look idle: no graceful close here.
+                                        await write_directly(ready, may_close=False)
+                                        ready = []
+                                        views.clear()
+                                    # Frames read but not yet holding a token are in no
+                                    # count the idle check sees: they keep it busy meanwhile.
+                                    conn.holding_frames = True
+                                    await in_flight.take()
+                                    conn.holding_frames = False
+                                    views.clear()
+                                    frame_deadline = trio.current_time() + receive_timeout_s
+                                item = dispatcher.dispatch(conn, frame, nursery, views)
+                            finally:
+                                # Decoded (or refused): its bytes are no longer held.
+                                if reserved:
+                                    release_memory()
+                            if item.__class__ is bytes and not outbox.queued:
+                                ready.append(item)
+                                continue
+                            if ready:
+                                # Nothing is queued, so these answers come first.
+                                await write_directly(ready)
+                                ready = []
+                                views.clear()
+                            outbox.queued += 1
+                            try:
+                                send_channel.send_nowait(item)
+                            except trio.WouldBlock:  # cannot happen with the token bound; be safe
+                                await send_channel.send(item)
+                                views.clear()
                     if ready:
                         # write_directly, inlined: this is the path of every chunk.
                         await stream.send_all(ready[0] if len(ready) == 1 else b"".join(ready))

@@ -10,6 +10,9 @@ Properties, checked against a reference parse of the whole stream:
   reserve memory) announces exactly the size of the frame that follows;
 - a cap changed between frames (`set_max_frame_bytes`, the SASL case) holds
   the next frame to the new cap;
+- `take_frames` (every whole frame at once, as the listener drains a chunk when
+  no per-frame limit applies) gives the same frames and fails at the same chunk
+  as `next_frame` one by one, also when the two are mixed on one stream;
 - once drained, it buffers less than one frame: below max(4, limit) bytes,
   whatever the chunking (what it holds momentarily is that plus the chunk
   just handed to it, and the listener reads fixed-size chunks).
@@ -81,18 +84,27 @@ def chunkings(draw, stream: bytes) -> list[bytes]:
 
 
 def feed(decoder: FrameDecoder, chunks: list[bytes], caps: list[int],
-         peeks: list[bool]) -> tuple[list[bytes], int | None]:
+         peeks: list[bool], batches: list[bool] = (False,)) -> tuple[list[bytes], int | None]:
     """Feeds `chunks`, draining after each as the listener does (asking
     `pending_frame_size` first where `peeks` says so, and moving the cap to the
-    next frame's as soon as a frame is out); returns the frames and the stream
-    offset (end of the chunk) at which FrameError came, or None."""
+    next frame's as soon as a frame is out; or, where `batches` says so for that
+    chunk, with `take_frames` until it gives nothing); returns the frames and the
+    stream offset (end of the chunk) at which FrameError came, or None."""
     frames: list[bytes] = []
     offset = 0
-    for chunk in chunks:
+    for index, chunk in enumerate(chunks):
         offset += len(chunk)
         try:
             decoder.receive_data(chunk)
-            while True:
+            batch = batches[index % len(batches)]
+            while batch:
+                taken = decoder.take_frames()
+                if not taken:
+                    break
+                for frame in taken:
+                    assert len(frame) <= cap_for(caps, len(frames))
+                    frames.append(frame)
+            while not batch:
                 cap = cap_for(caps, len(frames))
                 announced = None
                 if peeks[len(frames) % len(peeks)]:
@@ -114,10 +126,11 @@ def feed(decoder: FrameDecoder, chunks: list[bytes], caps: list[int],
     return frames, None
 
 
-def check(stream: bytes, chunks: list[bytes], caps: list[int], peeks: list[bool] = (False,)) -> None:
+def check(stream: bytes, chunks: list[bytes], caps: list[int], peeks: list[bool] = (False,),
+          batches: list[bool] = (False,)) -> None:
     assert b"".join(chunks) == stream
     decoder = FrameDecoder(caps[0])
-    frames, failed_at = feed(decoder, chunks, caps, list(peeks))
+    frames, failed_at = feed(decoder, chunks, caps, list(peeks), list(batches))
     expected_frames, bad_prefix_end = reference_frames(stream, caps)
     if bad_prefix_end is None:
         assert failed_at is None
@@ -140,6 +153,20 @@ def test_structured_streams_in_arbitrary_chunkings():
         stream = data.draw(framed_streams(max_frame_bytes))
         peeks = data.draw(st.lists(st.booleans(), min_size=1, max_size=4))
         check(stream, data.draw(chunkings(stream)), [max_frame_bytes], peeks)
+
+    run()
+
+
+def test_taking_every_frame_at_once_equals_one_by_one():
+    # The listener takes a chunk's frames at once where no per-frame limit applies;
+    # a connection may switch between the two ways (a SASL client authenticating).
+    @fuzz_settings(600)
+    @given(max_frame_bytes=st.integers(0, 64), data=st.data())
+    def run(max_frame_bytes: int, data) -> None:
+        stream = data.draw(framed_streams(max_frame_bytes))
+        batches = data.draw(st.lists(st.booleans(), min_size=1, max_size=4))
+        check(stream, data.draw(chunkings(stream)), [max_frame_bytes], batches=batches)
+        check(stream, [stream], [max_frame_bytes], batches=[True])
 
     run()
 

@@ -171,6 +171,39 @@ async def test_a_frame_above_socket_request_max_bytes_is_refused_before_its_body
             nursery.cancel_scope.cancel()
 
 
+async def test_a_whole_frame_over_the_limits_in_one_chunk_is_refused(tmp_path):
+    # A chunk that is exactly one whole frame is served without the decoder: the
+    # same limits must hold for it (socket.request.max.bytes, and before SASL
+    # authentication sasl.server.max.receive.size), over TCP and over a stream that
+    # hands out bytearrays.
+    with trio.fail_after(TIMEOUT_S):
+        async with trio.open_nursery() as nursery:
+            node = await start_node(nursery, tmp_path, socket_request_max_bytes=4096,
+                                    sasl_server_max_receive_size=1000)
+            big = await open_connection(node.port)
+            with capture_logs() as logs:
+                await big.send_all(api_versions_frame_of_size(1, 4097))
+                assert await FrameReader(big).next_payload() is None
+            [event] = events(logs, "net.frame_rejected")
+            assert "socket.request.max.bytes=4096" in event["error"]
+
+            dispatcher = Dispatcher(node, node.served_apis)
+            client, server = trio.testing.memory_stream_pair()
+            conn = Connection(1, "memory", server, listener_name="SASL", security_protocol="SASL_PLAINTEXT")
+            conn.sasl = _PendingSasl()
+            with capture_logs() as logs:
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(serve_connection, conn, dispatcher)
+                    await client.send_all(api_versions_frame_of_size(2, 999))
+                    payload = await FrameReader(client).next_payload()
+                    assert decode_response(18, 3, payload)[0] == 2
+                    # Refused: serve_connection returns (the nursery ends) without answering.
+                    await client.send_all(api_versions_frame_of_size(3, 1001))
+            [event] = events(logs, "net.frame_rejected")
+            assert "sasl.server.max.receive.size=1000" in event["error"]
+            nursery.cancel_scope.cancel()
+
+
 class _PendingSasl:
     """Stands in for a server SASL session: the dispatcher and listener only read
     `authenticated`."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 import trio
 import trio.testing
 from structlog.testing import capture_logs
@@ -206,3 +207,50 @@ async def test_graceful_close_answers_what_was_read_then_ends_the_connection(tmp
                 assert (got_id, body.error_code) == (2, ErrorCode.NONE)
                 # ... and then, idle, the connection ends.
                 assert await reader.next_payload() is None
+
+
+@pytest.mark.parametrize("waiting", [1, 3])
+async def test_graceful_close_answers_frames_read_while_waiting_for_an_in_flight_slot(tmp_path, waiting):
+    """Frames the reader has taken off the connection while it waits for an in-flight
+    slot are requests read: a graceful close that becomes due when the writer hands the
+    slots back must still answer them, in order, before the connection ends (also when
+    nothing is left in the decoder, with one frame waiting)."""
+    with trio.fail_after(TIMEOUT_S):
+        async with running_node(tmp_path, connection_max_in_flight_requests=2) as node:
+            gate = trio.Event()
+            original_submit = node.submit
+
+            async def held_submit(command, **kwargs):
+                await gate.wait()
+                return await original_submit(command)
+
+            node.submit = held_submit
+            client, server = trio.testing.memory_stream_pair()
+            dispatcher = Dispatcher(node, node.served_apis)
+            conn = Connection(1, "memory", server)
+
+            async def serve() -> None:
+                try:
+                    await serve_connection(conn, dispatcher)
+                finally:
+                    await server.aclose()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                # One chunk: two UpdateFeatures take both slots, the ApiVersions wait.
+                waiting_ids = range(3, 3 + waiting)
+                await client.send_all(request_frame(57, 1, 1, validate_only_update(20))
+                                      + request_frame(57, 1, 2, validate_only_update(20))
+                                      + b"".join(request_frame(18, 3, index, api_versions_body())
+                                                 for index in waiting_ids))
+                await trio.testing.wait_all_tasks_blocked()
+                conn.close()
+                assert not conn.idle
+                gate.set()
+                reader = FrameReader(client)
+                for index, api_key, version in [(1, 57, 1), (2, 57, 1)] + [(i, 18, 3) for i in waiting_ids]:
+                    payload = await reader.next_payload()
+                    assert payload is not None, f"closed before answering request {index}"
+                    got_id, body = decode_response(api_key, version, payload)
+                    assert (got_id, body.error_code) == (index, ErrorCode.NONE)
+                assert await reader.next_payload() is None  # then, idle, it ends

@@ -1,6 +1,7 @@
 """The request path's shortcuts keep its rules: the usual request header read in place
-(server/dispatch.py `read_request_header`) fails and succeeds exactly where the
-declaration does, and the answers of one received chunk of pipelined requests (sync
+(server/dispatch.py `read_request_header`) and ApiVersions' body read in place
+(server/handlers/api_versions.py `request_decoder`) fail and succeed exactly where the
+declarations do, and the answers of one received chunk of pipelined requests (sync
 ones written together, async ones through the writer) leave in request order, every
 request counted.
 """
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 
 from protocol.errors import DecodeError, ErrorCode
 from protocol.header import REQUEST_HEADER
+from protocol.registry import API_MESSAGES
 from server.dispatch import Dispatcher, read_request_header
+from server.handlers import api_versions
 from server.net.listener import Connection, serve_connection
 
 from node_harness import FrameReader, api_versions_body, decode_response, request_frame, running_node
@@ -68,6 +71,58 @@ def _headers(draw) -> bytes:
 @given(frame=st.one_of(_headers(), st.binary(min_size=8, max_size=40)), header_version=st.integers(0, 2))
 def test_the_header_read_in_place_agrees_with_the_declaration(frame, header_version):
     assert _fast(frame, header_version) == _reference(frame, header_version)
+
+
+# -- ApiVersions' body read in place ------------------------------------------------
+
+def _declared_api_versions(body: bytes, version: int):
+    try:
+        return dict(API_MESSAGES[API_VERSIONS][0].decode(version, BytesIO(body)))
+    except DecodeError:
+        return DecodeError
+
+
+def _in_place_api_versions(body: bytes, version: int, prefix: bytes):
+    try:
+        return dict(api_versions.request_decoder(API_MESSAGES[API_VERSIONS][0], version)(prefix + body, len(prefix)))
+    except DecodeError:
+        return DecodeError
+
+
+_text = st.one_of(st.text(max_size=8), st.binary(max_size=8))  # bytes: possibly not UTF-8
+# No tagged fields, one or two (known to the declaration or not), or broken ones.
+_tags = st.one_of(st.just(b"\x00"), st.sampled_from([b"\x00", b"\x01", b"\x01\x00\x00", b"\x01\x07\x01z", b"\x02\x00\x01a\x01\x00",
+                                   b"\x80", b"\x81\x00", b""]), st.binary(max_size=4))
+
+
+@st.composite
+def _api_versions_requests(draw) -> tuple[bytes, int]:
+    """(body, version): mostly well formed for its version, with a wrong size, a field
+    of another version, a tag or a truncation here and there."""
+    version = draw(st.integers(0, 5))
+
+    def compact(value) -> bytes:
+        if value is None:
+            return b"\x00"
+        raw = value.encode() if isinstance(value, str) else value
+        size = len(raw) + 1 if draw(st.integers(0, 4)) else draw(st.integers(0, 140))
+        head = bytes([size]) if size < 0x80 else bytes([(size & 0x7F) | 0x80, size >> 7])
+        return head + raw
+    body = compact(draw(_text)) + compact(draw(_text))
+    if (version >= 5) == bool(draw(st.integers(0, 5))):  # v5's ClusterId and NodeId
+        body += compact(draw(st.one_of(st.none(), st.just(""), _text))) + struct.pack(">i", draw(st.integers(-2, 9)))
+    body += draw(_tags)
+    if not draw(st.integers(0, 4)):
+        body = body[:draw(st.integers(0, len(body)))]
+    return body, version
+
+
+@settings(max_examples=3000, deadline=None)
+@given(request=st.one_of(_api_versions_requests(), st.tuples(st.binary(max_size=24), st.integers(0, 5))),
+       prefix=st.sampled_from([b"", b"\x00\x12\x00\x03header"]))
+def test_apiversions_read_in_place_agrees_with_the_declaration(request, prefix):
+    body, version = request
+    assert _in_place_api_versions(body, version, prefix) == _declared_api_versions(body, version)
 
 
 # -- pipelined requests in one chunk --------------------------------------------------
