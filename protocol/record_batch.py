@@ -222,12 +222,9 @@ def encode_batch(
     if not values:
         raise EncodeError("a record batch needs at least one record")
     key = None if control_type is None else control_record_key(control_type)
-    if headers is None:
-        body = _encode_kraft_records(values, key)
-    else:
-        if len(headers) != len(values):
-            raise EncodeError(f"{len(headers)} header entries for {len(values)} records")
-        body = _encode_kraft_records_with_headers(values, key, headers)
+    if headers is not None and len(headers) != len(values):
+        raise EncodeError(f"{len(headers)} header entries for {len(values)} records")
+    body = _encode_kraft_records(values, key, headers)
     return _assemble(
         base_offset=base_offset,
         leader_epoch=leader_epoch,
@@ -243,40 +240,17 @@ def encode_batch(
     )
 
 
-def _encode_kraft_records(values: Sequence[bytes], key: bytes | None) -> bytes:
+def _encode_kraft_records(values: Sequence[bytes], key: bytes | None,
+                          headers: Sequence[tuple[tuple[str, bytes | None], ...]] | None = None) -> bytes:
     # The fast path of encode_batch: attributes 0, timestamp delta 0, the same
-    # key (null or a control key) on every record, no headers. Body lengths are
-    # summed rather than built and measured, and small varints come from a
-    # table, which halves the cost per record (it dominates 64-record batches).
-    key_part = _NULL_LENGTH if key is None else _varint(len(key)) + key
-    fixed_bytes = 2 + len(key_part) + 1  # attributes, tsDelta 0, key, header count 0
-    parts: list[bytes] = []
-    append = parts.append
-    for delta, value in enumerate(values):
-        delta_part = _varint(delta)
-        if value is None:
-            value_length_part = _NULL_LENGTH
-            value = b""
-        else:
-            value_length_part = _varint(len(value))
-        append(_varint(fixed_bytes + len(delta_part) + len(value_length_part) + len(value)))
-        append(b"\x00\x00")
-        append(delta_part)
-        append(key_part)
-        append(value_length_part)
-        append(value)
-        append(b"\x00")
-    return b"".join(parts)
-
-
-def _encode_kraft_records_with_headers(values: Sequence[bytes], key: bytes | None,
-                                      headers: Sequence[tuple[tuple[str, bytes | None], ...]]) -> bytes:
-    # `_encode_kraft_records` with each record's headers after its value, laid out as
-    # `encode_record_batch` does (a snapshot's records each carry their replay offset:
-    # this writes them without a Record and a RecordBatch per record).
+    # key (null or a control key) on every record, and either no headers or each
+    # record's own (`headers[delta]`, laid out as `encode_record_batch` does: a
+    # snapshot's records each carry their replay offset). Body lengths are summed
+    # rather than built and measured, and small varints come from a table, which
+    # halves the cost per record (it dominates 64-record batches).
     key_part = _NULL_LENGTH if key is None else _varint(len(key)) + key
     fixed_bytes = 2 + len(key_part)  # attributes, tsDelta 0, key
-    encoded_keys: dict[str, bytes] = {}
+    encoded_keys: dict[str, bytes] = {}  # header keys repeat from record to record
     parts: list[bytes] = []
     append = parts.append
     for delta, value in enumerate(values):
@@ -286,7 +260,7 @@ def _encode_kraft_records_with_headers(values: Sequence[bytes], key: bytes | Non
             value = b""
         else:
             value_length_part = _varint(len(value))
-        record_headers = headers[delta]
+        record_headers = headers[delta] if headers is not None else None
         if record_headers:
             header_parts = [_varint(len(record_headers))]
             for header_key, header_value in record_headers:
