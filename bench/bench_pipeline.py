@@ -16,9 +16,10 @@ log is held by 3 controllers, so the files hold about 3x that many rows), measur
              controllers' byte-identical copies skipped, 3 partitions per core;
              --copies all / --all-columns read everything); stream = dedupe(records_df);
              upgrade_readiness(stream).collect(), timed from the read to the end of the
-             collect. By default the records and the stream are cached as
-             `jobs.build_tables` does (--uncached: the bare recipe, which re-reads the
-             files for every scan of the plan). Session start-up is timed apart.
+             collect. By default the records (partitioned by cluster and sorted,
+             `jobs.cluster_records`) and the stream are cached as `jobs.build_tables`
+             does (--uncached: the bare recipe, which re-reads the files for every scan
+             of the plan). Session start-up is timed apart.
   e2e        (--e2e) `kraftwerk pipeline run --master M` as a user runs it, in a fresh
              process per master and size: Spark start-up, reading, every table, Parquet
              and the report, timed from the start of the process to its end.
@@ -39,13 +40,17 @@ Timing targets live here, never in tests.
 
 Each Spark session first runs one untimed warm-up pass over the first cluster of the
 smallest fleet (starts the Python workers, warms the JVM), so the sizes compare the work
-and not the first-job costs. The machine's load averages (`os.getloadavg`) are printed
+and not the first-job costs. The masters share one JVM (one process), so the first pays
+the JIT compiling of the plan that the later ones reuse (on 2 cores the compiler threads
+run beside local[1]'s one task thread, and they take about a third of the CPU of a 2M
+run); `--warmup fleet` warms each session on the whole smallest fleet instead, so that
+local[N] against local[1] compares the work on compiled code. The machine's load averages (`os.getloadavg`) are printed
 at the start and the end: the absolute times are only as good as the machine was idle.
 
 Run: .venv/bin/python bench/bench_pipeline.py [--sizes 20000,60000,200000] [--clusters 10]
             [--masters local[1],local[2]] [--fleet-dir DIR] [--budget-s 1500] [--uncached]
             [--driver-memory 4g] [--tuples] [--copies all|distinct] [--all-columns]
-            [--no-baseline] [--e2e] [--json PATH]
+            [--no-baseline] [--e2e] [--warmup cluster|fleet] [--json PATH]
 """
 
 from __future__ import annotations
@@ -255,7 +260,7 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bo
     """({cluster: answer}, seconds from the read to the end of collect). Jobs still
     running at `deadline` are cancelled (the collect then raises)."""
     from pipeline.datasource import read_records
-    from pipeline.jobs import JOB_COLUMNS, PARTITIONS_PER_CORE, STREAM_COLUMNS
+    from pipeline.jobs import JOB_COLUMNS, PARTITIONS_PER_CORE, STREAM_COLUMNS, cluster_records
     from pipeline.transforms import dedupe, upgrade_readiness
 
     remaining = deadline - time.monotonic()
@@ -270,7 +275,9 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bo
         records_df = read_records(spark, str(fleet), arrow=arrow, columns=None if all_columns else JOB_COLUMNS,
                                   copies=copies, partitions=partitions)
         if cached:
-            records_df = records_df.cache()
+            # As jobs.build_tables does: partitioned by cluster and sorted the way dedupe
+            # ranks copies, then cached.
+            records_df = cluster_records(records_df).cache()
         stream = dedupe(records_df)
         if not all_columns:
             stream = stream.select(*STREAM_COLUMNS)
@@ -418,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="no new step starts after this many seconds; a running Spark job is cancelled")
     parser.add_argument("--uncached", action="store_true",
                         help="do not cache the records and the stream (the bare recipe)")
+    parser.add_argument("--warmup", choices=("cluster", "fleet"), default="cluster",
+                        help="what the untimed warm-up pass of each session reads: the smallest fleet's first "
+                             "cluster, or the whole smallest fleet (then every master is timed with the JIT "
+                             "compiler's work on that plan done: the masters run one after another in one JVM, "
+                             "and without it the first pays the compiling that the later ones reuse)")
     parser.add_argument("--no-warmup", action="store_true",
                         help="skip the untimed pass over the smallest fleet's first cluster at the start of "
                              "each session")
@@ -494,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                     # first-job costs. One cluster is enough for that (the whole fleet at 1M
                     # records would cost minutes of budget for nothing measured).
                     smallest = next(iter(results.values()))["fleet"]
-                    warm = min((p for p in smallest.iterdir() if p.is_dir()), default=smallest)
+                    warm = smallest if args.warmup == "fleet" else min(
+                        (p for p in smallest.iterdir() if p.is_dir()), default=smallest)
                     started = time.perf_counter()
                     try:
                         spark_readiness(spark, warm, not args.uncached, deadline, not args.tuples, args.copies,
@@ -553,8 +566,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(smallest first); baseline = plain Python over read_fleet, one process. Every cluster's answer checked: "
           f"baseline = Spark = the fake fleet's summary. Session start-up: "
           + ", ".join(f"{m} {s:.1f} s" for m, s in session_s.items())
-          + " (the first starts the JVM; later sessions reuse it); untimed warm-up pass over the smallest fleet's "
-          "first cluster: "
+          + " (the first starts the JVM; later sessions reuse it); untimed warm-up pass over the smallest fleet"
+          + ("" if args.warmup == "fleet" else "'s first cluster") + ": "
           + (", ".join(f"{m} {s:.1f} s" for m, s in warmup_s.items()) or "none")
           + f". {os.cpu_count()} CPUs.\n")
     # Rates are of the fleet's records (FleetSpec.clusters x records_per_cluster, as the
@@ -606,6 +619,7 @@ def main(argv: list[str] | None = None) -> int:
             "copies": args.copies,
             "all_columns": args.all_columns,
             "session_s": session_s,
+            "warmup": "none" if args.no_warmup else args.warmup,
             "warmup_s": warmup_s,
             "sizes": [
                 {"size": size, "records": r["records"], "rows": r["rows"], "files": r["files"], "bytes": r["bytes"],

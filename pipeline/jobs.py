@@ -6,9 +6,11 @@ inputs), `RunResult`, and `run_command` (the CLI's entry).
 
 Rules kept here:
 - The transforms stay pure (pipeline/transforms.py); this module decides the actions.
-  Each table is computed once, by its Parquet write; the stream they share is cached so
-  the records are read once. The report reads the small tables back from Parquet and
-  collects only those (never raw records).
+  Each table is computed once, by its Parquet write; the records (partitioned by
+  cluster and sorted once, `cluster_records`) and the stream the tables share are
+  cached, so the files are read once. The broker timeline is written first and not
+  cached: upgrade_readiness reads it back from its Parquet files. The report reads the
+  small tables back from Parquet and collects only those (never raw records).
 - Outputs under `out`: `features_audit/`, `upgrade_readiness/`, `broker_timeline/`,
   `errors/` (Parquet, overwritten) and `report.html`.
 """
@@ -52,6 +54,21 @@ def read_job_records(spark, fleet: str | Path):
     partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
     return read_records(spark, str(fleet), columns=JOB_COLUMNS, copies=COPIES_DISTINCT, partitions=partitions)
 
+def cluster_records(records_df, partitions: int | None = None):
+    """`records_df` hash-partitioned by cluster and sorted within each partition the way
+    `transforms.dedupe` ranks a log offset's copies (cluster, offset, leader epoch
+    descending, node id, file). Every table of the job groups by cluster at some grain
+    (dedupe by (cluster, offset), the timeline by (cluster, broker), the aggregates by
+    cluster), and a partitioning by cluster satisfies them all: this one shuffle and
+    this one sort replace an exchange per window and aggregation and dedupe's sort.
+    The rows are the same; only their placement changes. The job caches the result
+    (dedupe scans it several times: log rows, snapshot rows, log starts, errors, and
+    every scan of the Python data source starts Python workers)."""
+    if partitions is None:
+        partitions = int(records_df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    return records_df.repartition(partitions, "cluster").sortWithinPartitions(*transforms.log_copy_order())
+
+
 Progress = Callable[[str], None]
 
 
@@ -65,26 +82,35 @@ class RunResult:
 
 def build_tables(records_df, nodes_df=None) -> dict:
     """The four output DataFrames (lazy) from a records DataFrame (pipeline/schema.py),
-    plus "stream", the cached record stream they share, "timeline", the cached broker
-    timeline (a table, and the base of upgrade_readiness), and "records", the cached
-    input (write_outputs releases all three)."""
-    # The input is read once: dedupe scans it several times (log rows, snapshot rows,
-    # log starts), and every scan of the Python data source starts Python workers.
-    records_df = records_df.cache()
+    plus "stream", the cached record stream they share, "records", the cached input
+    (write_outputs releases both), "timeline", the broker timeline (the base of
+    upgrade_readiness, not cached), and "readiness_over", which builds
+    upgrade_readiness over a given timeline: write_outputs hands it the timeline it
+    wrote, read back from Parquet, so the timeline is computed once and never cached."""
+    records_df = cluster_records(records_df).cache()
     # Only the columns the tables read are cached (which controller's copy a record came
     # from, node_id / file / leader_epoch, matters to dedupe, not after it).
     stream = transforms.dedupe(records_df).select(*STREAM_COLUMNS).cache()
-    # The timeline is a table of its own and the base of upgrade_readiness: built once.
-    timeline = transforms.broker_timeline(stream).cache()
+    timeline = transforms.broker_timeline(stream)
+
+    def readiness_over(timeline_df):
+        return transforms.upgrade_readiness(stream, nodes_df, timeline_df)
+
     return {
         "features_audit": transforms.features_audit(stream),
-        "upgrade_readiness": transforms.upgrade_readiness(stream, nodes_df, timeline),
+        "upgrade_readiness": readiness_over(timeline),
         "broker_timeline": timeline,
         "errors": transforms.errors(records_df),
         "stream": stream,
         "records": records_df,
         "timeline": timeline,
+        "readiness_over": readiness_over,
     }
+
+
+# The order the tables are written in: the timeline before upgrade_readiness, which
+# `readiness_over` builds over the timeline's Parquet files.
+WRITE_ORDER = ("broker_timeline", "features_audit", "upgrade_readiness", "errors")
 
 
 def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print, fleet: str | None = None) -> RunResult:
@@ -92,12 +118,17 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
     counts (read back from the Parquet files, so nothing is computed twice)."""
     out.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    for name in TABLES:
+    for name in WRITE_ORDER:
         path = out / name
         progress(f"pipeline: writing {name} -> {path}")
-        tables[name].write.mode("overwrite").parquet(str(path))
+        table = tables[name]
+        if name == "upgrade_readiness" and "readiness_over" in tables:
+            # The timeline as written (Parquet keeps its columns' types): reading a few of
+            # its columns back costs less than caching all of it or computing it again.
+            table = tables["readiness_over"](spark.read.parquet(str(paths["broker_timeline"])))
+        table.write.mode("overwrite").parquet(str(path))
         paths[name] = path
-    for cached in ("stream", "records", "timeline"):
+    for cached in ("stream", "records"):
         if cached in tables:
             tables[cached].unpersist()
 
@@ -150,6 +181,12 @@ def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
         .config("spark.sql.optimizer.windowGroupLimitThreshold", "-1")
         # Shuffle files and spills stay on this machine's disk (local mode): compressing
         # them costs more CPU than the bytes it saves.
+        # Static plans: the cached records keep the partitioning and order they were built
+        # with (see `cluster_records`), so the windows and aggregations over them need no
+        # exchange or sort of their own; adaptive execution plans each stage over a cached
+        # table without knowing its partitioning and re-shuffles it. The tables are small
+        # apart from the timeline, so it has little else to win here.
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.shuffle.compress", "false")
         .config("spark.shuffle.spill.compress", "false")
         .getOrCreate()

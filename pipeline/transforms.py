@@ -153,6 +153,16 @@ def _timestamp(column: str = "batch_timestamp_ms") -> Column:
 
 # ---------------------------------------------------------------- stream and errors
 
+# How dedupe ranks the copies of a log offset: (cluster, offset) is the window's
+# partition, the rest its order (the first copy wins). pipeline/jobs.py sorts the records
+# this way once, so that the window finds them in order.
+def log_copy_order() -> tuple[Column, ...]:
+    return (
+        F.col("cluster"), F.col("offset"),
+        F.col("leader_epoch").desc_nulls_last(), F.col("node_id").asc_nulls_last(), F.col("file"),
+    )
+
+
 def dedupe(records_df: DataFrame) -> DataFrame:
     """One record stream per cluster (same columns as the input; see the module
     docstring for which copy of a record is kept). Unordered: order by (cluster,
@@ -161,9 +171,7 @@ def dedupe(records_df: DataFrame) -> DataFrame:
     columns = records_df.columns
 
     log = good.where(F.col("source") == "log")
-    by_offset = Window.partitionBy("cluster", "offset").orderBy(
-        F.col("leader_epoch").desc_nulls_last(), F.col("node_id").asc_nulls_last(), F.col("file")
-    )
+    by_offset = Window.partitionBy("cluster", "offset").orderBy(*log_copy_order()[2:])
     log_rows = log.withColumn("_rank", F.row_number().over(by_offset)).where(F.col("_rank") == 1).drop("_rank")
 
     # log_rows holds exactly one row for each (cluster, offset) of `log`, so their lowest
@@ -436,15 +444,32 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
         )
     )
 
+    broker_key = ("cluster", "broker_id")
     if timeline is None:
-        timeline = broker_timeline(stream)
-    latest_first = Window.partitionBy("cluster", "broker_id").orderBy(
-        F.col("offset").desc(), F.col("event_index").desc()
-    )
-    registered = (
-        timeline.withColumn("_rank", F.row_number().over(latest_first))
-        .where((F.col("_rank") == 1) & (F.col("event") != UNREGISTER))
-        .select("cluster", "broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced")
+        # Built here, the timeline comes out of its window partitioned by broker and in
+        # event order: its last row per broker is the one with no next row, found by a
+        # window over the same order (no second exchange or sort, computed once).
+        in_order = Window.partitionBy(*broker_key).orderBy("offset", "event_index")
+        latest = broker_timeline(stream).withColumn("_next", F.lead(F.lit(True)).over(in_order)).where(
+            F.col("_next").isNull()
+        )
+    else:
+        # A given timeline (the job's, read back from its Parquet files) has no known
+        # order: each broker's last offset by a hash aggregation (a row per broker), then
+        # the events at that offset (one or two) ranked by event_index, instead of
+        # sorting every event.
+        last_offsets = timeline.groupBy(*broker_key).agg(F.max("offset").alias("_last_offset"))
+        at_last = timeline.alias("_t").join(
+            F.broadcast(last_offsets.alias("_l")),
+            F.col("_t.cluster").eqNullSafe(F.col("_l.cluster"))
+            & F.col("_t.broker_id").eqNullSafe(F.col("_l.broker_id"))
+            & (F.col("_t.offset") == F.col("_l._last_offset")),
+            "left_semi",
+        )
+        latest_first = Window.partitionBy(*broker_key).orderBy(F.col("event_index").desc())
+        latest = at_last.withColumn("_rank", F.row_number().over(latest_first)).where(F.col("_rank") == 1)
+    registered = latest.where(F.col("event") != UNREGISTER).select(
+        "cluster", "broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced"
     )
     brokers = registered.groupBy("cluster").agg(
         F.array_sort(
