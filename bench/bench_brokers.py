@@ -24,10 +24,11 @@ each printing its command line and markdown tables:
           the same disk and connections (`harness_floor`: N small appends +
           fsync one after the other, N snapshot-sized files in worker threads,
           N x 3 ApiVersions, with the CPU and garbage-collector time of that
-          part). The heap is frozen (gc.freeze()) after each broker starts and
-          once all N run, as `kraftwerk broker` freezes its own once it serves
-          (cli/main.py); --no-gc-freeze measures without, where every full
-          collection walks all N images of this one process. --settle waits
+          part). By default full collections walk all N images of this one
+          process; --gc-freeze freezes the heap (gc.freeze()) after each broker
+          starts and once all N run, as `kraftwerk broker` freezes its own once
+          it serves (cli/main.py): on the idle machine it was no faster (N=300:
+          7.1 s frozen, 6.0 s not, one run each). --settle waits
           (bounded, reported) before each step until every broker is RUNNING
           and has replayed the high watermark, so a step does not carry the
           previous one's re-registrations. --py-spy PATH profiles the steps.
@@ -47,7 +48,7 @@ each printing its command line and markdown tables:
 Timing targets live here, never in tests.
 
 Run: .venv/bin/python bench/bench_brokers.py fanout [--brokers 3,30,300] [--budget-s 300] [--json PATH]
-         [--no-gc-freeze] [--settle] [--py-spy PATH]
+         [--gc-freeze] [--settle] [--py-spy PATH]
      .venv/bin/python bench/bench_brokers.py apiversions [--brokers 30,100,300] [--rounds 5] [--ballast-k K]
      .venv/bin/python bench/bench_brokers.py storm [--brokers 1000] [--duration-s 30]
 Both take --dir PATH (parent of the temporary directory: the disk measured).
@@ -518,7 +519,7 @@ def run_fanout(args) -> int:
           f"{' -> '.join(LEVEL_NAMES[x] for x in (11,) + FANOUT_STEPS)}; per step and broker: time from the "
           f"committed reply's arrival to the broker's image showing the level (its commit callback) and to "
           f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). "
-          f"{'gc.freeze() once all were RUNNING (as `kraftwerk broker` freezes its start-up heap). ' if args.gc_freeze else 'No gc.freeze() (--no-gc-freeze): full collections walk all N images. '}"
+          f"{'gc.freeze() once all were RUNNING (as `kraftwerk broker` freezes its start-up heap). ' if args.gc_freeze else 'No gc.freeze(): full collections walk all N images. '}"
           f"RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
           f"{os.cpu_count()} CPUs shared by the brokers' process and the three controllers.\n")
     rows = []
@@ -985,10 +986,10 @@ def main(argv: list[str] | None = None) -> int:
     fan.add_argument("--brokers", default="3,30,300", help="comma-separated broker counts")
     fan.add_argument("--budget-s", type=float, default=300.0, help="no N starts (or continues) after this")
     fan.add_argument("--json", default=None, help="also write the results as JSON to this file")
-    fan.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=True,
+    fan.add_argument("--gc-freeze", action=argparse.BooleanOptionalAction, default=False,
                      help="gc.freeze() once all N are RUNNING, as `kraftwerk broker` does once it serves "
                           "(cli/main.py): full collections then skip the start-up heap, here the N images "
-                          "the one process holds (default; --no-gc-freeze measures without, see GcClock)")
+                          "the one process holds (default off: no faster on the idle machine; see GcClock)")
     fan.add_argument("--settle", action=argparse.BooleanOptionalAction, default=False,
                      help="before each step, wait (bounded) until every broker is RUNNING and has replayed "
                           "the high watermark, unchanged over 3 polls: a step then does not carry the previous "

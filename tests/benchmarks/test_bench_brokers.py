@@ -18,9 +18,10 @@ BROKERS = 2
 def test_the_fanout_bench_reports_its_fields_for_two_brokers(tmp_path):
     (tmp_path / "work").mkdir()
     report, stdout = run_bench("bench_brokers.py", "fanout", "--brokers", str(BROKERS), "--budget-s", "240",
-                               "--settle", "--dir", str(tmp_path / "work"), json_path=tmp_path / "result.json")
+                               "--gc-freeze", "--settle", "--dir", str(tmp_path / "work"),
+                               json_path=tmp_path / "result.json")
     assert len(report["load_start"]) == 3 and len(report["load_end"]) == 3
-    # gc.freeze() as `kraftwerk broker` does is the default; --settle waits for a quiet cluster before each step.
+    # --gc-freeze freezes the heap as `kraftwerk broker` does; --settle waits for a quiet cluster before each step.
     assert report["gc_freeze"] is True and report["settle"] is True
     assert report["skipped"] == []
     cell = report["results"][str(BROKERS)]
