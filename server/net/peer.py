@@ -141,7 +141,9 @@ class PeerConnection:
         # Set when the peer was heard from while disconnected: the reconnect waiting out
         # its backoff tries now (see note_alive).
         self._heard = trio.Event()
-        self._send_lock = trio.Lock()
+        # One sender at a time. A semaphore, not a Lock: a submitted request's rest (the bytes
+        # the socket did not take at once) is sent by a task other than the one that took it.
+        self._send_lock = trio.Semaphore(1)
         self.api_versions: dict[int, tuple[int, int]] = {}
         # The peer's SupportedFeatures from its last ApiVersions answer (kept across
         # disconnects: the last thing we knew), None until first connected.
@@ -359,7 +361,7 @@ class PeerConnection:
         response, or with None when the response is undecodable, the connection drops or
         `timeout_s` passes. It must not raise. False: nothing was sent (use `request`)."""
         stream = self._stream
-        if stream is None or not self._connected.is_set() or self._send_lock.locked() \
+        if stream is None or not self._connected.is_set() or self._send_lock.value == 0 \
                 or not isinstance(stream, trio.SocketStream):
             return False
         try:

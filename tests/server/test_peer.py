@@ -164,7 +164,7 @@ async def _scripted_peer(behaviour: str, task_status=trio.TASK_STATUS_IGNORED) -
     response = API_MESSAGES[18][1]
 
     async def serve(stream: trio.SocketStream) -> None:
-        decoder = FrameDecoder(1 << 20)
+        decoder = FrameDecoder(1 << 24)
         async with stream:
             async for data in stream:
                 decoder.receive_data(data)
@@ -255,4 +255,26 @@ async def test_a_connection_adopts_a_current_answer_from_another_connection_to_t
         other.finalized_features_epoch = first.finalized_features_epoch + 10
         assert not second.adopt_negotiation(other)
         assert second.api_versions == first.api_versions
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_submitted_request_the_socket_takes_in_part_is_finished_by_a_task_without_corrupting_the_stream():
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_scripted_peer, "garbage")
+        peer = PeerConnection(PeerAddress(7, "127.0.0.1", port), "peer-test", random.Random(12))
+        await nursery.start(peer.run)
+        answers = _Answers()
+        with trio.fail_after(20):
+            await peer.wait_connected()
+            # SaslAuthenticate v2 with 8 MiB of auth bytes: more than a loopback socket takes at once.
+            assert peer.try_submit(36, 2, {"auth_bytes": b"x" * (8 << 20)}, 10.0, answers.callback(0))
+            # Nothing else is sent while the rest goes out: the next request waits for it.
+            assert not peer.try_submit(60, 0, {}, 10.0, answers.callback(1))
+            await answers.wait_for(1)
+            # The peer read the whole frame and answered it (bytes that do not decode): the
+            # stream is intact, the same connection serves the next request.
+            assert peer.try_submit(60, 0, {}, 10.0, answers.callback(2))
+            await answers.wait_for(2)
+        assert answers.bodies == {0: None, 2: None}
+        assert peer.connected and peer.connects == 1
         nursery.cancel_scope.cancel()
