@@ -1383,6 +1383,9 @@ class RaftDriver:
         await self.storage.wait_writer()
         self._flushing = False
         self._start_flush()
+        if self._flush_due:
+            # Not the driver task: its loop may be waiting for input, so hand over here.
+            self._hand_to_writer()
 
     def _deliver(self, item) -> None:
         """Puts `item` in the inbox from a callback (no task to wait for room)."""
