@@ -36,7 +36,6 @@ Rules kept here:
 
 from __future__ import annotations
 
-import gc
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -53,6 +52,7 @@ from server.controller.features import (
     unsupported_finalized_levels,
 )
 from server.controller.snapshot import load_snapshot, write_controller_snapshot
+from server.collector import CollectorHold, collector_paused
 from server.controller.state import ControllerState
 from server.observability import Event, get_logger
 from server.raft.driver import CommittedBatch, DriverStopped, RaftDriver, SnapshotLoaded
@@ -74,15 +74,12 @@ def paused_gc(records: int) -> Iterator[None]:
     ~100 records, and its older generations walk the whole image: at 100k partitions it
     cost two to three times the replay itself. Replay makes no reference cycles, so one
     collection after the batch finds the same garbage. Small batches (the usual writes)
-    are left alone; the collector is re-enabled only if it was enabled before."""
-    if records < GC_PAUSE_MIN_RECORDS or not gc.isenabled():
+    are left alone."""
+    if records < GC_PAUSE_MIN_RECORDS:
         yield
         return
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        gc.enable()
 
 
 class UnsupportedFinalizedLevelError(Exception):
@@ -123,8 +120,8 @@ class Replayer:
         # Counters for benchmarks, metrics and the snapshot interval.
         self.replayed_bytes = 0
         self._snapshot_bytes_mark = 0
-        # True while this replayer keeps the cyclic collector off (see `_hold_collector`).
-        self._collector_held = False
+        # Taken while a large metadata transaction is open (see `_hold_collector`).
+        self._collector = CollectorHold()
         # (epoch, base offset, records, their encoded values) of the batch the controller
         # loop is proposing (see `expect_own_batch`), or None.
         self._own_batch: tuple[int, int, list[MetadataRecord], tuple[bytes, ...]] | None = None
@@ -160,8 +157,7 @@ class Replayer:
         try:
             await self._replay_forever(reader)
         finally:
-            if self._collector_held:
-                self._release_collector()
+            self._collector.release(freeze=True)
 
     async def _replay_forever(self, reader) -> None:
         while True:
@@ -244,16 +240,10 @@ class Replayer:
         that was off already (the active controller's copy turns it off: see
         server/migration/driver.py) is left alone."""
         if self.state.in_transaction:
-            if not self._collector_held and records >= GC_PAUSE_MIN_RECORDS and gc.isenabled():
-                gc.disable()
-                self._collector_held = True
-        elif self._collector_held:
-            self._release_collector()
-
-    def _release_collector(self) -> None:
-        self._collector_held = False
-        gc.freeze()
-        gc.enable()
+            if records >= GC_PAUSE_MIN_RECORDS:
+                self._collector.take()
+        else:
+            self._collector.release(freeze=True)
 
     async def _check_supported(self, records: list[MetadataRecord]) -> None:
         if not any(record.name == "FeatureLevelRecord" for record in records):

@@ -39,13 +39,11 @@ Rules kept here:
 
 from __future__ import annotations
 
-import gc
 import socket
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 import trio
 
@@ -54,6 +52,7 @@ from protocol.errors import DecodeError, ErrorCode, error_name
 from protocol.frames import decode_response, encode_request
 from protocol.records import decode_metadata_record
 from server.client import ClientError, KafkaClient
+from server.collector import collector_paused
 from server.controller.commands import ControllerResult
 from server.controller.loop import NotControllerError
 from server.controller.state import TopicImage
@@ -101,30 +100,6 @@ log = get_logger("migration")
 
 # Copy commands in the controller loop at once (see `_copy`).
 COPY_WINDOW_CHUNKS = 4
-
-
-@contextmanager
-def _collector_paused_for_copy() -> Iterator[None]:
-    """No cyclic garbage collection during the copy; afterwards everything alive moves to
-    the collector's permanent generation (`gc.freeze`), as cli/main.py does at start-up.
-    The copy builds the whole image twice on this node (the speculative and the committed
-    state: a few objects per partition each) while the ZooKeeper image and the planned
-    records are alive, so the collector's young generations ran over and over and a full
-    collection walked millions of objects: at 100k partitions the collector took a fifth
-    of the leader's time during the copy (1.8 s of 8.6 s, measured with gc.callbacks).
-    The image lives as long as the process, like start-up's heap; reference counting
-    still frees what is dropped (the plan, a failed copy's speculative state: the image
-    holds no reference cycles), and only cyclic garbage made during the copy (seconds)
-    outlives its use, once. The collector stays off if it was off already."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 # Ops per ZooKeeper multi (ZooKeeper's default request limit is 1 MiB; our ops are small).
@@ -415,7 +390,12 @@ class MigrationDriver:
         await self._submit(self._abort_transaction, transactional=True)
         if self.recorded_state() == ZkMigrationState.PRE_MIGRATION:
             image, plan = await self._wait_for_preconditions(zk)
-            with _collector_paused_for_copy():
+            # The copy builds the whole image twice here (the speculative and the committed
+            # state) while the ZooKeeper image and the plan are alive: with the collector on,
+            # its young generations ran over and over and a full collection walked millions
+            # of objects (a fifth of the leader's copy time at 100k partitions). The image
+            # lives as long as the process, so it is frozen afterwards.
+            with collector_paused(freeze_after=True):
                 await self._copy(epoch, image, plan)
             del image, plan
         await self._dual_write(zk, epoch)
