@@ -333,15 +333,22 @@ class PeerConnection:
         except FrameError as exc:
             raise PeerUnavailable(str(exc)) from None
 
+    def _decode(self, api_key: int, version: int, payload: bytes) -> dict | None:
+        """The body of a response payload, or None (logged) when it does not decode: the
+        one place a peer's undecodable answer is reported, whichever path asked."""
+        try:
+            return decode_response(api_key, version, payload)[1]
+        except DecodeError as exc:
+            log.warning(Event.PEER_BAD_RESPONSE, peer=self.address.node_id, api=api_name(api_key), error=str(exc))
+            return None
+
     def _deliver_early(self, waiter: _Waiter) -> None:
         # From the read loop, so the response reaches its consumer without waking the
-        # requesting task first; undecodable bytes are left to that task to report.
-        try:
-            waiter.body = decode_response(waiter.api_key, waiter.version, waiter.payload)[1]
-        except DecodeError:
-            return
+        # requesting task first; the task reports an undecodable answer to its caller.
+        waiter.body = self._decode(waiter.api_key, waiter.version, waiter.payload)
         waiter.decoded = True
-        waiter.on_response(waiter.body)
+        if waiter.body is not None:
+            waiter.on_response(waiter.body)
 
     def _fail_pending(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
@@ -406,13 +413,7 @@ class PeerConnection:
             return  # already answered (expired)
         self._pending.pop(correlation_id, None)
         self._slots.release()
-        body = None
-        if payload is not None:
-            try:
-                body = decode_response(submitted.api_key, submitted.version, payload)[1]
-            except DecodeError as exc:
-                log.warning(Event.PEER_BAD_RESPONSE, peer=self.address.node_id, api=api_name(submitted.api_key),
-                            error=str(exc))
+        body = None if payload is None else self._decode(submitted.api_key, submitted.version, payload)
         submitted.on_done(body)
 
     async def _expire_submitted(self) -> None:
@@ -504,10 +505,7 @@ class PeerConnection:
             self._pending.pop(correlation_id, None)
         if waiter.error is not None:
             raise waiter.error
-        if waiter.decoded:
-            return waiter.body
-        try:
-            return decode_response(api_key, version, waiter.payload)[1]
-        except DecodeError as exc:
-            raise PeerUnavailable(f"undecodable {api_name(api_key)} response from node "
-                                  f"{self.address.node_id}: {exc}") from None
+        body = waiter.body if waiter.decoded else self._decode(api_key, version, waiter.payload)
+        if body is None:
+            raise PeerUnavailable(f"undecodable {api_name(api_key)} response from node {self.address.node_id}")
+        return body

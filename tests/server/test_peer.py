@@ -8,6 +8,7 @@ import struct
 
 import pytest
 import trio
+from structlog.testing import capture_logs
 
 from node_harness import format_directory, node_config
 from protocol.registry import API_MESSAGES
@@ -210,6 +211,31 @@ async def test_a_submitted_request_the_peer_never_answers_usefully_gets_none_onc
         if peer.connected:
             assert peer.try_submit(60, 0, {}, 5.0, answers.callback(1))
             assert peer.try_submit(60, 0, {}, 5.0, answers.callback(2))
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("early", [False, True])
+async def test_an_undecodable_answer_to_a_task_request_is_logged_once_and_raised(early):
+    # The same report as a submitted request's: one structured line, and the caller
+    # sees the peer as unavailable (with or without a consumer fed from the read loop).
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_scripted_peer, "garbage")
+        peer = PeerConnection(PeerAddress(7, "127.0.0.1", port), "peer-test", random.Random(13))
+        await nursery.start(peer.run)
+        fed = []
+        with trio.fail_after(10):
+            await peer.wait_connected()
+            with capture_logs() as logs:
+                with pytest.raises(PeerUnavailable, match="undecodable DescribeCluster"):
+                    await peer.request(60, {}, 5.0, version=0, on_response=fed.append if early else None)
+        bad = [entry for entry in logs if entry["event"] == "net.peer_bad_response"]
+        assert len(bad) == 1 and bad[0]["peer"] == 7 and bad[0]["api"] == "DescribeCluster"
+        assert fed == []
+        # The stream stays usable: the next exchange on the same connection is answered.
+        with trio.fail_after(10):
+            with pytest.raises(PeerUnavailable):
+                await peer.request(60, {}, 5.0, version=0)
+        assert peer.connects == 1
         nursery.cancel_scope.cancel()
 
 
