@@ -33,6 +33,11 @@ Owns: the decision of what happens to each frame (Kafka's `SocketServer` /
   resolved once per (key, version) (`_Route`) and re-judged when the node hands
   out another table; the node's views are read once per synchronous stretch of
   a connection's requests when the reader passes its `NodeViews`.
+- An API with an answer memo (ApiVersions: `ApiSpec.answer_memo`) answers a request
+  whose bytes after the correlation id it has answered before, under the same
+  advertised table and served body, from the memo, after the same checks (route,
+  gating, SASL state, read barrier) and without decoding; everything else, invalid
+  requests included, is decoded and handled, and teaches the memo its answer.
 """
 
 from __future__ import annotations
@@ -103,14 +108,26 @@ class _Route:
     change). Only versions the protocol declares for a served API get one, so there
     are boundedly many."""
 
-    __slots__ = ("api", "version", "header_version", "decode", "count", "served", "ranges", "gated")
+    __slots__ = ("api", "version", "header_version", "decode", "count", "served", "ranges", "gated", "memo",
+                 "read_token", "response_header_version")
 
-    def __init__(self, api: "ServedApi", version: int, count) -> None:
+    def __init__(self, api: "ServedApi", version: int, count, node, memoize: bool) -> None:
         self.api = api
         self.version = version
         self.header_version = api.request_header_versions[version]
+        self.response_header_version = api.response_header_versions[version]
         self.decode = _decoder(api, version)
         self.count = count
+        # Whole answers by request bytes (the API's memo, see ApiSpec.answer_memo), for a
+        # sync API whose answer no authorizer rule decides, served by the very handler the
+        # memo stands for (not one a node put in its place); None: every request is handled.
+        spec = api.spec
+        factory = spec.answer_memo
+        self.memo = (factory(api.response, version) if memoize and factory is not None and not api.is_async
+                     and not api.answers_later and api.rule.operation is None
+                     and api.handler in (spec.controller, spec.broker, spec.zk_broker) else None)
+        # The node's current token for the memo's entries, read without a lookup per request.
+        self.read_token = None if self.memo is None else self.memo.token_reader(node)
         # Served by the software (else answered UNSUPPORTED_VERSION once decoded).
         self.served = api.min_version <= version <= api.max_version
         self.ranges: dict | None = None
@@ -197,7 +214,10 @@ class Dispatcher:
                 raise CloseConnection()
             # A version the protocol declares but this node never serves: answered, once
             # decoded, with UNSUPPORTED_VERSION in that version's own response.
-        route = _Route(api, version, self.metrics.requests.labels(api.name, str(version)))
+        # Not while requests are logged one by one: a memoized answer skips the header read
+        # that gives the line its client id.
+        route = _Route(api, version, self.metrics.requests.labels(api.name, str(version)), self.node,
+                       not self._log_requests)
         self._routes[frame[:4]] = route
         return route
 
@@ -206,7 +226,6 @@ class Dispatcher:
         """The answer to one request frame: its bytes, a PendingResponse to wait for, or
         CloseConnection. `views`: the reader's NodeViews of its current synchronous
         stretch (None: read from the node)."""
-        started = perf_counter()
         if len(frame) < 8:
             log.warning(Event.REQUEST_DECODE_FAILED, connection=conn.connection_id, peer=conn.peer,
                         error="request shorter than the fixed header", frame_bytes=len(frame))
@@ -235,6 +254,39 @@ class Dispatcher:
                         api=api_name(api.api_key), api_version=version)
             self.metrics.request_errors.labels("unauthenticated").inc()
             raise CloseConnection()
+        barrier_needed = None
+        memo = route.memo
+        if memo is not None and not route.gated:
+            # A request whose bytes this node has answered before, under the same tables:
+            # the same answer, without decoding it (what the handler does to the
+            # connection, the memo repeats). Only where it would be answered now.
+            if api.reads_image:
+                if views is None:
+                    barrier_needed = self.node.read_barrier_needed()
+                else:
+                    barrier_needed = views.barrier_needed
+                    if barrier_needed is None:
+                        barrier_needed = views.barrier_needed = self.node.read_barrier_needed()
+            else:
+                barrier_needed = False
+            if not barrier_needed:
+                if views is None:
+                    token = route.read_token()
+                elif views.memo is memo:
+                    token = views.memo_token
+                else:
+                    token = views.memo_token = route.read_token()
+                    views.memo = memo
+                answer = memo.recall(frame, conn, ranges, token)
+                if answer is not None:
+                    route.count.value += 1
+                    if route.response_header_version == 0:
+                        return _SIZE_AND_CORRELATION.pack(len(answer) + 4, _CORRELATION.unpack_from(frame, 4)[0]) \
+                            + answer
+                    return _SIZE_CORRELATION_NO_TAGS.pack(len(answer) + 5, _CORRELATION.unpack_from(frame, 4)[0],
+                                                          0) + answer
+        # After the memo: its answers are never timed (it is off while requests are logged).
+        started = perf_counter()
         try:
             client_id, body_offset = read_request_header(frame, route.header_version)
             request = route.decode(frame, body_offset)
@@ -271,7 +323,9 @@ class Dispatcher:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)
             return slot
-        if api.reads_image:
+        if barrier_needed is not None:
+            pass  # read above, in this synchronous step
+        elif api.reads_image:
             if views is None:
                 barrier_needed = self.node.read_barrier_needed()
             else:
@@ -293,6 +347,8 @@ class Dispatcher:
             except ApiError as exc:
                 body = api.error_response(request, version, exc.code, exc.message)
             payload = self.encode_response(api, version, correlation_id, body)
+            if memo is not None:
+                memo.learn(frame, request, body, ranges, self.node)
         except CloseConnection:
             raise
         except Exception as exc:  # a bug: log and close this connection only

@@ -140,6 +140,12 @@ class ApiSpec:
     # body` for the requests every connection starts with; it must decode and fail
     # exactly as the declaration does (None: the declaration decodes).
     request_decoder: Callable[[Message, int], Callable[[bytes, int], Any]] | None = None
+    # (response declaration, version) -> a memo of whole answers by request bytes, for a
+    # sync handler whose answer the request's bytes and the node's served tables decide
+    # (`token(services)`, `token_reader(services)`, `recall(frame, connection, ranges, token)`,
+    # `learn(frame, request, answer, ranges, services)`, see api_versions.AnswerMemo); None:
+    # every request is handled.
+    answer_memo: Callable[[Message, int], Any] | None = None
     # README's notes column.
     notes: str = ""
     name: str = field(init=False)
@@ -210,6 +216,7 @@ _KRAFT_NOTES = "KRaft RPC between controllers (and broker observers); answered b
 _SPECS = (
     ApiSpec(ApiKey.API_VERSIONS, 0, 5, api_versions.handle, api_versions.handle, api_versions.handle,
             before_authentication=True, reads_image=True, request_decoder=api_versions.request_decoder,
+            answer_memo=api_versions.answer_memo,
             notes="v3+: SupportedFeatures, FinalizedFeaturesEpoch, FinalizedFeatures, ZkMigrationReady (a "
                   "ZooKeeper-mode broker: its `kafka.metadata.migration.enable`); client software name/version "
                   "validated; unknown versions get a v0 reply with UNSUPPORTED_VERSION."),

@@ -9,7 +9,10 @@ only changes when features change, and ApiVersions is the hottest request.
 Every connection starts with it, so its usual body is read in place
 (`request_decoder`, the catalog's decoder for it), falling back to the
 declaration for anything else: it decodes and fails exactly where the
-declaration does (tests/server/test_request_path.py compares them).
+declaration does (tests/server/test_request_path.py compares them). Clients of one
+software send byte-identical requests, so whole answers are memoized by the request's
+bytes (`AnswerMemo`, one per version, kept by the dispatcher), valid only while the node
+hands out the same advertised table and the same encoded body.
 
 The connection remembers the ranges it was told (`Connection.remember_advertised`):
 after a metadata.version change the dispatcher answers a request inside them that
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import re
 import struct
+from functools import partial
 from io import BytesIO
 
 from construct import Container
@@ -103,6 +107,87 @@ def request_decoder(message, version: int):
         return declared(frame, offset)
 
     return decode
+
+
+# Requests longer than this (header included) are never memoized: the usual ones are
+# 20-80 bytes, and the key is the request's bytes.
+MEMO_MAX_FRAME_BYTES = 512
+# Distinct requests remembered per (version) memo; a full memo starts over, so a client
+# sending ever new software names costs only misses.
+MEMO_MAX_ENTRIES = 256
+_MEMO_KEY_OFFSET = 8  # api key, api version, correlation id: the rest decides the answer
+
+
+class AnswerMemo:
+    """Whole ApiVersions answers of one request version, by the request's bytes after
+    the correlation id (client id, header tags, body), shared by a node's connections:
+    every client of one software name and version sends the same bytes. The answer is
+    a function of those bytes, the node's advertised table (KIP-778 gating) and the
+    node's encoded body for the version (its features and their epoch): an entry is
+    used only while both are the very objects it was made with (the node replaces,
+    never mutates, them on a change), and never for a connection the dispatcher would
+    not answer at once (gated, behind the read barrier, authorizer rule, debug logging:
+    the dispatcher's checks). A hit repeats what `handle` does to the connection.
+    Learned only from answers `handle` gave, refusals (INVALID_REQUEST,
+    REBOOTSTRAP_REQUIRED) included, so they stay exactly Kafka's."""
+
+    __slots__ = ("version", "_response", "_entries")
+
+    def __init__(self, response, version: int) -> None:
+        self.version = version
+        self._response = response
+        # key -> (advertised table, served body, answer body, software or None,
+        #         renegotiates, accepted)
+        self._entries: dict[bytes, tuple] = {}
+
+    def token(self, services):
+        """What an entry must have been made with besides the advertised table: the
+        node's encoded body for this version (a new object whenever features move)."""
+        return services.api_versions_body(self.version)
+
+    def token_reader(self, services):
+        """`token` as a call without arguments, for a caller that keeps it per node."""
+        return partial(services.api_versions_body, self.version)
+
+    def recall(self, frame: bytes, connection, ranges: dict, token) -> bytes | None:
+        """The encoded answer body to `frame` when known and made under `ranges` and
+        `token` (the node's current ones; the connection updated as `handle` would),
+        else None."""
+        entry = self._entries.get(frame[_MEMO_KEY_OFFSET:])
+        if entry is None or entry[0] is not ranges or entry[1] is not token:
+            return None
+        if entry[5]:
+            if entry[3] is not None:
+                connection.client_software = entry[3]
+                connection.renegotiates = entry[4]
+            if connection.advertised is not ranges or connection.closing:
+                # (Told these very ranges already and no close pending: nothing to do.)
+                connection.remember_advertised(ranges)
+        return entry[2]
+
+    def learn(self, frame: bytes, request, answer, ranges: dict, services) -> None:
+        """Remembers `answer` (what `handle` returned for `request`, decoded from
+        `frame`, judged under `ranges`)."""
+        if len(frame) > MEMO_MAX_FRAME_BYTES:
+            return
+        served = self.token(services)
+        accepted = answer is served
+        if not accepted and answer.__class__ is not dict:
+            return  # not an answer `handle` gives (accepted: the served body; refused: a dict)
+        software = None
+        renegotiates = False
+        if accepted and self.version >= 3:
+            software = (request["client_software_name"], request["client_software_version"])
+            renegotiates = software[0] == NODE_SOFTWARE_NAME
+        body = answer if answer.__class__ is bytes else self._response.encode(self.version, answer)
+        entries = self._entries
+        if len(entries) >= MEMO_MAX_ENTRIES:
+            entries.clear()
+        entries[frame[_MEMO_KEY_OFFSET:]] = (ranges, served, body, software, renegotiates, accepted)
+
+
+def answer_memo(response, version: int) -> AnswerMemo:
+    return AnswerMemo(response, version)
 
 
 def _refusal(code: int) -> dict:

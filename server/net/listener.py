@@ -296,17 +296,23 @@ class NodeViews:
     Between two checkpoints the node's state is changed only by an answers-later
     handler (the Raft driver takes the request in place; the sync handlers only read,
     and async ones only start a task), so the dispatcher drops what it read after
-    one; the reader drops it at each receive and each await of its own (`clear`)."""
+    one; the reader drops it at each receive and each await of its own (`clear`).
+    Also kept: the validity token of the last answer memo used (the dispatcher's
+    `ApiSpec.answer_memo`s), read from the node the same way."""
 
-    __slots__ = ("ranges", "barrier_needed")
+    __slots__ = ("ranges", "barrier_needed", "memo", "memo_token")
 
     def __init__(self) -> None:
         self.ranges: dict[int, tuple[int, int]] | None = None
         self.barrier_needed: bool | None = None
+        self.memo = None
+        self.memo_token = None
 
     def clear(self) -> None:
         self.ranges = None
         self.barrier_needed = None
+        self.memo = None
+        self.memo_token = None
 
 
 class _Tokens:
@@ -483,7 +489,10 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
         # at most once a second: the timeout fires between idle and idle+1 s
         # after the last request, without a new scope per read. Only this loop
         # moves it, so a local copy saves reading it back per chunk.
-        idle_deadline = trio.current_time() + idle_seconds + 1
+        # The run's clock, read per chunk through its bound method (trio.current_time()
+        # looks the runner up first).
+        clock_now = trio.lowlevel.current_clock().current_time
+        idle_deadline = clock_now() + idle_seconds + 1
         idle = trio.CancelScope(deadline=idle_deadline)
         # Whether part of a frame is buffered: read at the end of each chunk's work,
         # nothing changes it before the next receive.
@@ -511,7 +520,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                             log.warning(Event.DISCONNECTED_MID_REQUEST, connection=conn.connection_id,
                                         peer=conn.peer, buffered_bytes=decoder.buffered_bytes)
                         break
-                    now = trio.current_time()
+                    now = clock_now()
                     if idle_deadline - now < idle_seconds:
                         idle_deadline = idle.deadline = now + idle_seconds + 1
                     if conn.closing:
@@ -524,12 +533,13 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                         # whole frame, nothing buffered before it, a token free, nothing
                         # queued. Served without the decoder; the same limits hold.
                         in_flight.value -= 1
-                        views.ranges = views.barrier_needed = None
                         # bytes (some streams hand out bytearrays; bytes() of bytes is no copy).
-                        item = dispatcher.dispatch(conn, bytes(data[SIZE_PREFIX_BYTES:]), nursery, views)
+                        # No views: a stretch of one request reads the node directly.
+                        item = dispatcher.dispatch(conn, bytes(data[SIZE_PREFIX_BYTES:]), nursery)
                         if item.__class__ is bytes:
                             await stream.send_all(item)
-                            in_flight.give(1)
+                            # The token back; only this task (the reader) ever waits for one.
+                            in_flight.value += 1
                             if conn.closing:
                                 conn.close_if_done()
                         else:
