@@ -33,6 +33,13 @@ Rules kept here:
 - A graceful close (`Connection.close`, `ConnectionRegistry.close_stale`) never drops
   a frame it has read: the connection keeps serving until no request is between
   "read" and "written" and no byte of a frame is buffered, and ends at that moment.
+- The requests of one connection that a task answers start in request order: each
+  such task takes its first step before the next frame is dispatched (a scheduling
+  round after starting it, when more frames of the chunk follow), so whatever its
+  synchronous start does (a SASL step, a command handed to the controller loop)
+  happens in the order the client sent the requests, as Kafka processes them. Answers
+  are written straight to a plain TCP socket when it takes them at once
+  (server/net/direct_send.py), which yields to no other task.
 - Each connection remembers the API version ranges ApiVersions told it
   (`Connection.advertised`): what the dispatcher judges its requests by after a
   metadata.version change, and what decides whether the change closes it.
@@ -51,6 +58,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
+from server.net.direct_send import send_all_now
 from server.net.framing import SIZE_PREFIX_BYTES, FrameDecoder, FrameError
 from server.net.limits import NetLimits
 from server.security.tls import certificate_principal_name, server_ssl_context
@@ -383,7 +391,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
     stream = conn.stream
 
     async def send(chunks: list[bytes]) -> None:
-        await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        await send_all_now(stream, chunks[0] if len(chunks) == 1 else b"".join(chunks))
         in_flight.give(len(chunks))
         outbox.queued -= len(chunks)
         conn.close_if_done()
@@ -460,7 +468,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
     reason = "eof"
 
     async def write_directly(chunks: list[bytes], may_close: bool = True) -> None:
-        await stream.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+        await send_all_now(stream, chunks[0] if len(chunks) == 1 else b"".join(chunks))
         in_flight.give(len(chunks))
         if may_close and conn.closing:
             conn.close_if_done()
@@ -537,7 +545,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                         # No views: a stretch of one request reads the node directly.
                         item = dispatcher.dispatch(conn, bytes(data[SIZE_PREFIX_BYTES:]), nursery)
                         if item.__class__ is bytes:
-                            await stream.send_all(item)
+                            await send_all_now(stream, item)
                             # The token back; only this task (the reader) ever waits for one.
                             in_flight.value += 1
                             if conn.closing:
@@ -550,6 +558,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                                 await send_channel.send(item)
                         continue
                     frame_started_now = not in_frame
+                    task_started = False  # the receive was a scheduling round of its own
                     decoder.receive_data(data)
                     views.clear()
                     ready: list[bytes] = []
@@ -592,6 +601,13 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                             frames = (frame,)
                         frame_started_now = True  # whatever remains is a new frame
                         for frame in frames:
+                            if task_started:
+                                # The last frame's task takes its first step before this
+                                # frame is dispatched (trio runs the tasks of one scheduling
+                                # round in either order).
+                                task_started = False
+                                await trio.lowlevel.checkpoint()
+                                views.clear()
                             # A closing connection still answers this frame: it has been read.
                             try:
                                 if in_flight.value:
@@ -624,6 +640,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                                 ready = []
                                 views.clear()
                             outbox.queued += 1
+                            task_started = item.__class__ is not bytes
                             try:
                                 send_channel.send_nowait(item)
                             except trio.WouldBlock:  # cannot happen with the token bound; be safe
@@ -631,7 +648,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                                 views.clear()
                     if ready:
                         # write_directly, inlined: this is the path of every chunk.
-                        await stream.send_all(ready[0] if len(ready) == 1 else b"".join(ready))
+                        await send_all_now(stream, ready[0] if len(ready) == 1 else b"".join(ready))
                         in_flight.give(len(ready))
                         if conn.closing:
                             conn.close_if_done()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from protocol.errors import DecodeError, ErrorCode
 from protocol.frames import decode_response, encode_request
 from protocol.registry import API_MESSAGES, api_name
 from server.net.connect import ConnectError, open_client_stream
+from server.net.direct_send import write_now
 from server.net.framing import FrameDecoder, FrameError
 from server.security.client_config import ClientSecurity
 from server.observability import Event, get_logger
@@ -382,11 +382,9 @@ class PeerConnection:
             self._slots.release()
             raise
         try:
-            # The socket is non-blocking (trio's); a short write leaves the rest to a task.
-            sent = os.write(stream.socket.fileno(), data)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
+            # A short write leaves the rest to a task.
+            sent = write_now(stream, data)
+        except trio.BrokenResourceError:
             # Broken: the read loop ends the connection; `request` reports it the usual way.
             self._slots.release()
             return False

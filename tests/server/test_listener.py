@@ -254,3 +254,43 @@ async def test_graceful_close_answers_frames_read_while_waiting_for_an_in_flight
                     got_id, body = decode_response(api_key, version, payload)
                     assert (got_id, body.error_code) == (index, ErrorCode.NONE)
                 assert await reader.next_payload() is None  # then, idle, it ends
+
+
+async def test_pipelined_requests_answered_by_tasks_start_in_the_order_they_were_sent(tmp_path):
+    """One chunk of requests that each get a task (UpdateFeatures): the tasks take their
+    first steps in request order, so what they start (a command for the controller loop,
+    a SASL step) happens in the order the client sent them. trio runs the tasks of one
+    scheduling round in either order, so chunks are repeated until a listener that starts
+    them all in one round would have been caught (each chunk: 1/2 chance of order)."""
+    with trio.fail_after(TIMEOUT_S):
+        async with running_node(tmp_path) as node:
+            client, server = trio.testing.memory_stream_pair()
+            dispatcher = Dispatcher(node, node.served_apis)
+            conn = Connection(1, "memory", server)
+            started = []
+            run_async = dispatcher._run_async
+
+            async def recording_run_async(api, ctx, *args):
+                started.append(ctx.correlation_id)
+                await run_async(api, ctx, *args)
+
+            dispatcher._run_async = recording_run_async
+
+            async def serve() -> None:
+                try:
+                    await serve_connection(conn, dispatcher)
+                finally:
+                    await server.aclose()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                reader = FrameReader(client)
+                chunks, per_chunk = 12, 4
+                for chunk in range(chunks):
+                    ids = [chunk * per_chunk + index for index in range(per_chunk)]
+                    await client.send_all(b"".join(request_frame(57, 1, i, validate_only_update(20)) for i in ids))
+                    for i in ids:
+                        got_id, body = decode_response(57, 1, await reader.next_payload())
+                        assert (got_id, body.error_code) == (i, ErrorCode.NONE)
+                nursery.cancel_scope.cancel()
+            assert started == list(range(chunks * per_chunk))
