@@ -11,15 +11,18 @@ log is held by 3 controllers, so the files hold about 3x that many rows), measur
              every feature and each broker's last registration (minus unregistered
              brokers), giving min / max mv_max over the registered brokers
              (= supported / target metadata.version) and the blockers.
-  local[N]   Spark on one fresh SparkSession per master: records_df = the job's read
-             (`jobs.read_job_records`: only the columns the transforms read, the
-             controllers' byte-identical copies skipped, 3 partitions per core;
-             --copies all / --all-columns read everything); stream = dedupe(records_df);
-             upgrade_readiness(stream).collect(), timed from the read to the end of the
-             collect. By default the records (partitioned by cluster and sorted,
-             `jobs.cluster_records`) and the stream are cached as `jobs.build_tables`
-             does (--uncached: the bare recipe, which re-reads the files for every scan
-             of the plan). Session start-up is timed apart.
+  local[N]   Spark on one fresh SparkSession per master: by default (--copies stream)
+             the job's read (`jobs.read_job_stream`: each cluster's record stream built
+             in the data source, plus the error rows, the columns the tables read, 3
+             partitions per core), cached as `jobs.build_stream_tables` does; stream =
+             its rows without an error; upgrade_readiness(stream).collect(), timed from
+             the read to the end of the collect. --copies distinct / all: the records
+             (`jobs.read_job_records`, byte-identical copies skipped, or every copy;
+             --all-columns reads every column), partitioned by cluster and sorted
+             (`jobs.cluster_records`) and cached as `jobs.build_tables` does, stream =
+             dedupe(records_df), also cached. --uncached: the bare recipe, which
+             re-reads the files for every scan of the plan. Session start-up is timed
+             apart.
   e2e        (--e2e) `kraftwerk pipeline run --master M` as a user runs it, in a fresh
              process per master and size: Spark start-up, reading, every table, Parquet
              and the report, timed from the start of the process to its end.
@@ -49,7 +52,7 @@ at the start and the end: the absolute times are only as good as the machine was
 
 Run: .venv/bin/python bench/bench_pipeline.py [--sizes 20000,60000,200000] [--clusters 10]
             [--masters local[1],local[2]] [--fleet-dir DIR] [--budget-s 1500] [--uncached]
-            [--driver-memory 4g] [--tuples] [--copies all|distinct] [--all-columns]
+            [--driver-memory 4g] [--tuples] [--copies all|distinct|stream] [--all-columns]
             [--no-baseline] [--e2e] [--warmup cluster|fleet] [--json PATH]
 """
 
@@ -256,11 +259,13 @@ def spark_session(master: str, driver_memory: str | None = None):
 
 
 def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bool = True,
-                    copies: str = "distinct", all_columns: bool = False) -> tuple[dict, float]:
+                    copies: str = "stream", all_columns: bool = False) -> tuple[dict, float]:
     """({cluster: answer}, seconds from the read to the end of collect). Jobs still
     running at `deadline` are cancelled (the collect then raises)."""
     from pipeline.datasource import read_records
-    from pipeline.jobs import JOB_COLUMNS, PARTITIONS_PER_CORE, STREAM_COLUMNS, cluster_records
+    from pyspark.sql import functions as F
+
+    from pipeline.jobs import JOB_COLUMNS, PARTITIONS_PER_CORE, STREAM_COLUMNS, STREAM_READ_COLUMNS, cluster_records
     from pipeline.transforms import dedupe, upgrade_readiness
 
     remaining = deadline - time.monotonic()
@@ -272,6 +277,20 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bo
     started = time.perf_counter()
     try:
         partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
+        if copies == "stream":
+            # As jobs.build_stream_tables does: the source's rows cached as read.
+            rows_df = read_records(spark, str(fleet), arrow=arrow, copies=copies, partitions=partitions,
+                                   columns=None if all_columns else STREAM_READ_COLUMNS)
+            if cached:
+                rows_df = rows_df.cache()
+            stream = rows_df.where(F.col("error").isNull())
+            if not all_columns:
+                stream = stream.select(*STREAM_COLUMNS)
+            rows = upgrade_readiness(stream).collect()
+            elapsed = time.perf_counter() - started
+            if cached:
+                rows_df.unpersist()
+            return _answers(rows), elapsed
         records_df = read_records(spark, str(fleet), arrow=arrow, columns=None if all_columns else JOB_COLUMNS,
                                   copies=copies, partitions=partitions)
         if cached:
@@ -294,6 +313,10 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bo
         raise
     finally:
         timer.cancel()
+    return _answers(rows), elapsed
+
+
+def _answers(rows) -> dict:
     answers = {}
     for row in rows:
         r = row.asDict(recursive=True)
@@ -307,7 +330,7 @@ def spark_readiness(spark, fleet: Path, cached: bool, deadline: float, arrow: bo
             "mv_max": {b["broker_id"]: b["mv_max"] for b in brokers},
             "last_offset": r["last_offset"],
         }
-    return answers, elapsed
+    return answers
 
 
 def raw_read_seconds(fleet: Path) -> float:
@@ -437,8 +460,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="spark.driver.memory of the JVM the first session launches (Spark's default: 1g)")
     parser.add_argument("--tuples", action="store_true",
                         help="the data source yields Python tuples instead of Arrow batches (arrow=false)")
-    parser.add_argument("--copies", choices=("all", "distinct"), default="distinct",
-                        help="read every controller's copy, or skip byte-identical ones as the job does")
+    parser.add_argument("--copies", choices=("all", "distinct", "stream"), default="stream",
+                        help="stream: each cluster's stream built in the data source, as the job reads; "
+                             "distinct: the records with byte-identical copies skipped, deduplicated by Spark; "
+                             "all: every controller's copy")
     parser.add_argument("--all-columns", action="store_true",
                         help="read every column (fields_json included) instead of the job's columns")
     parser.add_argument("--no-baseline", action="store_true",
@@ -448,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time `kraftwerk pipeline run` end to end, one fresh process per master and size")
     parser.add_argument("--json", default=None, help="write the results as JSON to this path")
     args = parser.parse_args(argv)
+    if args.tuples and args.copies == "stream":
+        parser.error("--tuples needs --copies distinct or all (the stream mode builds Arrow batches)")
     load_start = os.getloadavg()
     started_utc = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     deadline = time.monotonic() + args.budget_s
@@ -559,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Fleets of {args.clusters} clusters (seed {args.seed}, segments {args.segment_bytes} B, 3 controller "
           f"copies each); rows = rows in the fleet files (all copies and snapshots); Spark = the job's read "
           f"(copies {args.copies}, {'all columns' if args.all_columns else 'the transforms columns'}) -> "
-          f"dedupe -> upgrade_readiness -> collect, {'uncached' if args.uncached else 'records and stream cached as jobs.build_tables does'}, "
+          f"{'stream rows' if args.copies == 'stream' else 'dedupe'} -> upgrade_readiness -> collect, "
+          f"{'uncached' if args.uncached else 'cached as jobs.build_stream_tables / build_tables does'}, "
           f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}, data source rows as "
           f"{'Python tuples' if args.tuples else 'Arrow batches'}, driver memory {args.driver_memory or 'the pipeline default (' + DRIVER_MEMORY + ')'}, "
           f"one session per master reused across sizes "

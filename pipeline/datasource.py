@@ -14,8 +14,12 @@ Rules kept here:
   file held by a cluster's controllers (same cluster, same name) stay in one task, so
   that `.option("copies", "distinct")` can compare them (pipeline/columnar.py says
   why skipping byte-identical copies leaves every answer as it was; the default,
-  "all", gives every row of every file). Small files are packed into partitions of up
-  to `maxPartitionBytes` (option, default 32 MiB; each file also counts
+  "all", gives every row of every file). `.option("copies", "stream")` reads a whole
+  cluster in one task and gives its record stream, the rows `transforms.dedupe` keeps
+  (pipeline/stream.py builds them in Arrow), plus every error row (read the `error`
+  column to tell them apart): the per-cluster work done where the rows are decoded,
+  so Spark neither shuffles nor sorts every record to find them. Small files are
+  packed into partitions of up to `maxPartitionBytes` (option, default 32 MiB; each file also counts
   `openCostInBytes`, default 1 MiB), as Spark packs small files for its own file
   sources, because every task has a fixed cost (~0.4 s here: a Python worker, imports,
   planning); with `numPartitions` the groups are instead spread over that many
@@ -48,7 +52,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from pipeline import columnar
+import pyarrow as pa
+
+from pipeline import columnar, stream
 from pipeline.reader import FleetFile, fleet_files
 from pipeline.schema import RECORD_FIELDS, RECORD_SCHEMA
 
@@ -62,6 +68,8 @@ DEFAULT_ARROW_BATCH_ROWS = 8192
 
 COPIES_ALL = "all"
 COPIES_DISTINCT = "distinct"
+COPIES_STREAM = "stream"
+COPIES = (COPIES_ALL, COPIES_DISTINCT, COPIES_STREAM)
 
 
 class FleetFilesPartition(InputPartition):
@@ -119,6 +127,23 @@ def pack_groups(groups: list[tuple[FleetFile, ...]], max_bytes: int, open_cost_b
     return out
 
 
+class ClustersPartition(InputPartition):
+    """Whole clusters (every file of each), the unit of work of one Spark task in
+    `copies="stream"` mode."""
+
+    def __init__(self, clusters: tuple[tuple[FleetFile, ...], ...]) -> None:
+        super().__init__(clusters)
+        self.clusters = clusters
+
+
+def cluster_groups(files: Iterable[FleetFile]) -> list[tuple[FleetFile, ...]]:
+    """`files` by cluster, in the fleet's order."""
+    clusters: dict[str, list[FleetFile]] = {}
+    for f in files:
+        clusters.setdefault(f.cluster, []).append(f)
+    return [tuple(group) for group in clusters.values()]
+
+
 class KraftwerkReader(DataSourceReader):
     def __init__(self, path: str, max_partition_bytes: int, open_cost_bytes: int, schema: StructType,
                  arrow_batch_rows: int | None, copies: str = COPIES_ALL, partitions: int | None = None) -> None:
@@ -133,6 +158,15 @@ class KraftwerkReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         files = fleet_files(self.path)
+        if self.copies == COPIES_STREAM:
+            # A cluster is never split: its stream is decided over all of its files.
+            clusters = cluster_groups(files)
+            wanted = self.partitions_wanted
+            if wanted is None:
+                planned = pack_groups(clusters, self.max_partition_bytes, self.open_cost_bytes)
+            else:
+                planned = spread_groups(clusters, wanted, self.open_cost_bytes)
+            return [ClustersPartition(part) for part in planned] or [InputPartition(None)]
         # Copies are kept together only when they are to be compared; otherwise every
         # file is its own group and the rows come in the reader's file order.
         groups = columnar.copy_groups(files) if self.copies == COPIES_DISTINCT else [(f,) for f in files]
@@ -144,6 +178,8 @@ class KraftwerkReader(DataSourceReader):
         return [FleetFilesPartition(part) for part in planned] or [InputPartition(None)]
 
     def read(self, partition: InputPartition) -> Iterator:
+        if self.copies == COPIES_STREAM:
+            return self._read_streams(getattr(partition, "clusters", None) or ())
         groups = getattr(partition, "groups", None) or ()
         distinct = self.copies == COPIES_DISTINCT
         if self.arrow_batch_rows is None:
@@ -152,6 +188,18 @@ class KraftwerkReader(DataSourceReader):
             return (tuple(row[i] for i in indexes) for row in rows)
         batches = chain.from_iterable(columnar.group_batches(group, self.columns, distinct) for group in groups)
         return columnar.rebatch(batches, self.arrow_batch_rows)
+
+    def _read_streams(self, clusters: tuple[tuple[FleetFile, ...], ...]) -> Iterator:
+        # The choice reads NEEDED_COLUMNS whatever the query asked for; byte-identical
+        # copies are skipped (they cannot change the stream, pipeline/columnar.py).
+        wanted = set(self.columns) | set(stream.NEEDED_COLUMNS)
+        read_columns = tuple(name for name in RECORD_FIELDS if name in wanted)
+        schema = columnar.schema_for(read_columns)
+        for files in clusters:
+            batches = [b for group in columnar.copy_groups(files)
+                       for b in columnar.group_batches(group, read_columns, distinct=True)]
+            rows = stream.cluster_stream(pa.Table.from_batches(batches, schema), self.columns)
+            yield from columnar.rebatch(rows.to_batches(), self.arrow_batch_rows)
 
 
 class KraftwerkDataSource(DataSource):
@@ -180,8 +228,10 @@ class KraftwerkDataSource(DataSource):
         if batch_rows <= 0:
             raise ValueError("arrowBatchRows must be positive")
         copies = str(self.options.get("copies", COPIES_ALL)).strip().lower()
-        if copies not in (COPIES_ALL, COPIES_DISTINCT):
-            raise ValueError(f"the copies option is {COPIES_ALL!r} or {COPIES_DISTINCT!r}, not {copies!r}")
+        if copies not in COPIES:
+            raise ValueError(f"the copies option is one of {', '.join(map(repr, COPIES))}, not {copies!r}")
+        if copies == COPIES_STREAM and arrow != "true":
+            raise ValueError("copies='stream' builds Arrow batches: it cannot be read with arrow='false'")
         partitions = self.options.get("numPartitions")
         if partitions is not None:
             partitions = int(partitions)
@@ -223,7 +273,7 @@ def read_records(spark: SparkSession, path: str, max_partition_bytes: int | None
                  arrow: bool = True, columns: Iterable[str] | None = None, copies: str | None = None,
                  partitions: int | None = None) -> DataFrame:
     """`spark.read.format("kraftwerk").load(path)` with the options spelled as arguments:
-    `columns` (a subset of RECORD_FIELDS; None = all), `copies` ("all" or "distinct"),
+    `columns` (a subset of RECORD_FIELDS; None = all), `copies` ("all", "distinct" or "stream"),
     `partitions` (numPartitions)."""
     register(spark)
     reader = spark.read.format(FORMAT_NAME)

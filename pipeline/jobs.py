@@ -1,16 +1,23 @@
 """The fleet job: records in, Parquet tables and an HTML report out.
 
 Owns: `run` (read a fleet directory, run the transforms, write the outputs),
-`build_tables` and `write_outputs` (the same without the reading, for tests and other
-inputs), `RunResult`, and `run_command` (the CLI's entry).
+`build_tables` / `build_stream_tables` and `write_outputs` (the same without the
+reading, for tests and other inputs), `collect_parquet`, `RunResult`, and
+`run_command` (the CLI's entry).
 
 Rules kept here:
 - The transforms stay pure (pipeline/transforms.py); this module decides the actions.
-  Each table is computed once, by its Parquet write; the records (partitioned by
-  cluster and sorted once, `cluster_records`) and the stream the tables share are
-  cached, so the files are read once. The broker timeline is written first and not
-  cached: upgrade_readiness reads it back from its Parquet files. The report reads the
-  small tables back from Parquet and collects only those (never raw records).
+  Each table is computed once, by its Parquet write.
+- `run` reads each cluster's record stream as the data source builds it
+  (`read_job_stream`: the rows `transforms.dedupe` keeps, decided per cluster where the
+  rows are decoded, plus the error rows), so no stage shuffles or sorts every record
+  to deduplicate: those rows are cached as read and every table is built from them
+  (`build_stream_tables`). `build_tables` does the same from any records DataFrame,
+  with `dedupe` in Spark: the records partitioned by cluster and sorted once
+  (`cluster_records`) and the stream are cached. Either way the files are read once.
+- The broker timeline is written first and not cached: upgrade_readiness reads it back
+  from its Parquet files. The report reads the small tables back from Parquet with
+  pyarrow, as Spark's collect() would give them (never raw records).
 - Outputs under `out`: `features_audit/`, `upgrade_readiness/`, `broker_timeline/`,
   `errors/` (Parquet, overwritten) and `report.html`.
 """
@@ -20,13 +27,18 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Mapping
 
+import pyarrow
+import pyarrow.dataset
+import pyarrow.parquet
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from pipeline import report, transforms
-from pipeline.datasource import COPIES_DISTINCT, read_records
+from pipeline.datasource import COPIES_DISTINCT, COPIES_STREAM, read_records
 from pipeline.reader import fleet_nodes
 from pipeline.schema import RECORD_FIELDS
 
@@ -40,6 +52,9 @@ JOB_COLUMNS = tuple(name for name in RECORD_FIELDS if name not in ("fields_json"
 # The stream's columns the tables read (features_audit, broker_timeline, upgrade_readiness).
 STREAM_COLUMNS = ("cluster", "cluster_id", "offset", "batch_timestamp_ms", "source", "record_type", "feature",
                   "broker")
+# What the job reads in the source's stream mode: the stream's columns and what the
+# errors table reads of the error rows.
+STREAM_READ_COLUMNS = tuple(name for name in RECORD_FIELDS if name in {*STREAM_COLUMNS, "node_id", "file", "error"})
 # Read partitions per core: enough that a slow partition does not leave a core idle at
 # the end, few enough that the per-task cost (a Python worker's turn, planning) stays small.
 PARTITIONS_PER_CORE = 3
@@ -53,6 +68,14 @@ def read_job_records(spark, fleet: str | Path):
     full records."""
     partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
     return read_records(spark, str(fleet), columns=JOB_COLUMNS, copies=COPIES_DISTINCT, partitions=partitions)
+
+def read_job_stream(spark, fleet: str | Path):
+    """The fleet as the job's tables need it: each cluster's record stream (the rows
+    `transforms.dedupe` keeps, built by the data source per cluster,
+    `.option("copies", "stream")`) plus every error row, STREAM_READ_COLUMNS only."""
+    partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
+    return read_records(spark, str(fleet), columns=STREAM_READ_COLUMNS, copies=COPIES_STREAM, partitions=partitions)
+
 
 def cluster_records(records_df, partitions: int | None = None):
     """`records_df` hash-partitioned by cluster and sorted within each partition the way
@@ -108,6 +131,30 @@ def build_tables(records_df, nodes_df=None) -> dict:
     }
 
 
+def build_stream_tables(rows_df, nodes_df=None) -> dict:
+    """`build_tables` for the data source's stream mode (`read_job_stream`): the stream
+    is its rows without an error, the errors table is built from the others. The rows
+    are cached as read (every table scans them; a scan of the source decodes the files
+    again); the timeline is not cached (see `build_tables`)."""
+    rows_df = rows_df.cache()
+    stream = rows_df.where(F.col("error").isNull()).select(*STREAM_COLUMNS)
+    timeline = transforms.broker_timeline(stream)
+
+    def readiness_over(timeline_df):
+        return transforms.upgrade_readiness(stream, nodes_df, timeline_df)
+
+    return {
+        "features_audit": transforms.features_audit(stream),
+        "upgrade_readiness": readiness_over(timeline),
+        "broker_timeline": timeline,
+        "errors": transforms.errors(rows_df),
+        "stream": stream,
+        "records": rows_df,
+        "timeline": timeline,
+        "readiness_over": readiness_over,
+    }
+
+
 # The order the tables are written in: the timeline before upgrade_readiness, which
 # `readiness_over` builds over the timeline's Parquet files.
 WRITE_ORDER = ("broker_timeline", "features_audit", "upgrade_readiness", "errors")
@@ -126,18 +173,22 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
             # The timeline as written (Parquet keeps its columns' types): reading a few of
             # its columns back costs less than caching all of it or computing it again.
             table = tables["readiness_over"](spark.read.parquet(str(paths["broker_timeline"])))
-        table.write.mode("overwrite").parquet(str(path))
+        writer = table.write.mode("overwrite")
+        if name == "broker_timeline":
+            # A row per broker event: dictionary pages cost more to build for its
+            # near-unique columns (offsets, timestamps, epochs) than they save.
+            writer = writer.option("parquet.enable.dictionary", "false")
+        writer.parquet(str(path))
         paths[name] = path
     for cached in ("stream", "records"):
         if cached in tables:
             tables[cached].unpersist()
 
-    collected = {
-        name: [row.asDict(recursive=True) for row in spark.read.parquet(str(paths[name])).collect()]
-        for name in ("upgrade_readiness", "features_audit", "errors")
-    }
+    # The small tables as Spark's collect() gives them, read with pyarrow: a Spark job
+    # each would cost more (planning, code generation) than reading a few rows.
+    collected = {name: collect_parquet(paths[name]) for name in ("upgrade_readiness", "features_audit", "errors")}
     counts = {name: len(rows) for name, rows in collected.items()}
-    counts["broker_timeline"] = spark.read.parquet(str(paths["broker_timeline"])).count()
+    counts["broker_timeline"] = pyarrow.dataset.dataset(str(paths["broker_timeline"]), format="parquet").count_rows()
 
     report_path = report.write_report(
         out / REPORT_FILE,
@@ -149,6 +200,42 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
     progress(f"pipeline: report -> {report_path}")
     progress("pipeline: rows " + ", ".join(f"{name}={counts[name]}" for name in TABLES))
     return RunResult(out=out, tables=paths, row_counts={name: counts[name] for name in TABLES}, report=report_path)
+
+
+_TIMESTAMP_UNITS_PER_MICRO = {"us": 1, "ns": 1000}
+
+
+def _has_nested_timestamp(kind: pyarrow.DataType) -> bool:
+    if pyarrow.types.is_timestamp(kind):
+        return True
+    return any(_has_nested_timestamp(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _spark_timestamp(micros: int | None):
+    # pyspark's TimestampType.fromInternal: a naive datetime in the process's local time.
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros // 1000000).replace(microsecond=micros % 1000000)
+
+
+def collect_parquet(path: Path) -> list[dict]:
+    """The rows of a Parquet table Spark wrote, as `[row.asDict(recursive=True) for row
+    in spark.read.parquet(path).collect()]` gives them (maps as dicts, structs as dicts,
+    timestamps as naive local datetimes), in file order."""
+    table = pyarrow.parquet.read_table(str(path))
+    columns: dict[str, list] = {}
+    for field in table.schema:
+        kind = field.type
+        if pyarrow.types.is_timestamp(kind) and kind.tz is None and kind.unit in _TIMESTAMP_UNITS_PER_MICRO:
+            per_micro = _TIMESTAMP_UNITS_PER_MICRO[kind.unit]
+            raw = table[field.name].cast(pyarrow.int64()).to_pylist()
+            columns[field.name] = [None if v is None else _spark_timestamp(v // per_micro) for v in raw]
+        elif _has_nested_timestamp(kind):
+            raise ValueError(f"column {field.name!r} of {path}: a timestamp of type {kind} is not read here")
+        else:
+            columns[field.name] = table[field.name].to_pylist(maps_as_pydicts="strict")
+    names = table.column_names
+    return [dict(zip(names, values)) for values in zip(*(columns[name] for name in names))]
 
 
 SHUFFLE_PARTITIONS = 8
@@ -216,9 +303,9 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
         spark = spark_session(master)
     try:
         progress(f"pipeline: reading {fleet}")
-        records = read_job_records(spark, fleet)
+        rows = read_job_stream(spark, fleet)
         nodes = _nodes_df(spark, fleet, progress)
-        tables = build_tables(records, nodes)
+        tables = build_stream_tables(rows, nodes)
         return write_outputs(spark, tables, out, progress, fleet=str(fleet))
     finally:
         if own_session:

@@ -313,20 +313,29 @@ def broker_timeline(stream: DataFrame) -> DataFrame:
     says otherwise, as in server/controller/state.py), null once unregistered."""
     broker = F.col("broker")
     record_type = F.col("record_type")
-    change_events = F.filter(
-        F.array(
-            F.when(broker.fenced == F.lit(True), F.lit(FENCE)).when(broker.fenced == F.lit(False), F.lit(UNFENCE)),
-            F.when(broker.in_controlled_shutdown == F.lit(True), F.lit(CONTROLLED_SHUTDOWN)),
-        ),
-        lambda event: event.isNotNull(),
+
+    def events_of(*names: str) -> Column:
+        # array<string> with nullable elements, the type the table has always had.
+        return F.array(*[F.lit(name) for name in names]).cast("array<string>")
+
+    # A change record's events: fence or unfence when it says so, then
+    # controlled_shutdown when it says so, else registration_change. Spelled as literal
+    # arrays (no higher-order function), so that Spark generates code for the explode.
+    shutdown = broker.in_controlled_shutdown == F.lit(True)
+    change_events = (
+        F.when(broker.fenced == F.lit(True),
+               F.when(shutdown, events_of(FENCE, CONTROLLED_SHUTDOWN)).otherwise(events_of(FENCE)))
+        .when(broker.fenced == F.lit(False),
+              F.when(shutdown, events_of(UNFENCE, CONTROLLED_SHUTDOWN)).otherwise(events_of(UNFENCE)))
+        .when(shutdown, events_of(CONTROLLED_SHUTDOWN))
+        .otherwise(events_of(REGISTRATION_CHANGE))
     )
     events = (
-        F.when(record_type == REGISTER_BROKER_RECORD, F.array(F.lit(REGISTER)))
-        .when(record_type == UNREGISTER_BROKER_RECORD, F.array(F.lit(UNREGISTER)))
-        .when(record_type == FENCE_BROKER_RECORD, F.array(F.lit(FENCE)))
-        .when(record_type == UNFENCE_BROKER_RECORD, F.array(F.lit(UNFENCE)))
-        .when(F.size(change_events) > 0, change_events)
-        .otherwise(F.array(F.lit(REGISTRATION_CHANGE)))
+        F.when(record_type == REGISTER_BROKER_RECORD, events_of(REGISTER))
+        .when(record_type == UNREGISTER_BROKER_RECORD, events_of(UNREGISTER))
+        .when(record_type == FENCE_BROKER_RECORD, events_of(FENCE))
+        .when(record_type == UNFENCE_BROKER_RECORD, events_of(UNFENCE))
+        .otherwise(change_events)
     )
     rows = stream.where(record_type.isin(*BROKER_RECORDS) & broker.isNotNull()).select(
         "cluster",
@@ -411,8 +420,9 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
     controllers (array of node_id, release, mv_min, mv_max; empty without nodes_df),
     supported_mv_level, supported_mv, target_mv_level, target_mv, latest_production_mv,
     blockers, verdict.
-    `timeline`: `broker_timeline(stream)` when the caller has it already (the job caches it
-    for its own table), else it is built here."""
+    `timeline`: `broker_timeline(stream)` when the caller has it already (the job reads
+    back the table it wrote), else it is built here. A given timeline must be that
+    function's output (its release is recomputed from mv_min / mv_max as it does)."""
     # The largest cluster id of a cluster is the largest of its distinct ones: taken over
     # the few distinct pairs, a string maximum does not make Spark sort every record
     # (it aggregates strings by sorting, numbers by hashing).
@@ -453,24 +463,29 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
         latest = broker_timeline(stream).withColumn("_next", F.lead(F.lit(True)).over(in_order)).where(
             F.col("_next").isNull()
         )
+        registered = latest.where(F.col("event") != UNREGISTER).select(
+            "cluster", "broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced"
+        )
     else:
         # A given timeline (the job's, read back from its Parquet files) has no known
-        # order: each broker's last offset by a hash aggregation (a row per broker), then
-        # the events at that offset (one or two) ranked by event_index, instead of
-        # sorting every event.
-        last_offsets = timeline.groupBy(*broker_key).agg(F.max("offset").alias("_last_offset"))
-        at_last = timeline.alias("_t").join(
-            F.broadcast(last_offsets.alias("_l")),
-            F.col("_t.cluster").eqNullSafe(F.col("_l.cluster"))
-            & F.col("_t.broker_id").eqNullSafe(F.col("_l.broker_id"))
-            & (F.col("_t.offset") == F.col("_l._last_offset")),
-            "left_semi",
+        # order: each broker's last event, the one with the largest (offset,
+        # event_index), is found by ONE hash aggregation over the events (max_by over a
+        # long that orders as that pair: a record gives at most two events, so
+        # event_index < 4; offsets stay far below 2**61), with no sort, join or second
+        # scan. Only fixed-width values are picked (that is what keeps the aggregation a
+        # hash aggregation); the release is the timeline's own function of the range.
+        last = F.col("offset") * 4 + F.col("event_index")
+        latest = timeline.groupBy(*broker_key).agg(
+            F.max_by(F.col("event") != UNREGISTER, last).alias("_registered"),
+            F.max_by("broker_epoch", last).alias("broker_epoch"),
+            F.max_by("mv_min", last).alias("mv_min"),
+            F.max_by("mv_max", last).alias("mv_max"),
+            F.max_by("fenced", last).alias("fenced"),
         )
-        latest_first = Window.partitionBy(*broker_key).orderBy(F.col("event_index").desc())
-        latest = at_last.withColumn("_rank", F.row_number().over(latest_first)).where(F.col("_rank") == 1)
-    registered = latest.where(F.col("event") != UNREGISTER).select(
-        "cluster", "broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced"
-    )
+        registered = latest.where(F.col("_registered")).select(
+            "cluster", "broker_id", "broker_epoch",
+            release_of_range(F.col("mv_min"), F.col("mv_max")).alias("release"), "mv_min", "mv_max", "fenced",
+        )
     brokers = registered.groupBy("cluster").agg(
         F.array_sort(
             F.collect_list(F.struct("broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced"))

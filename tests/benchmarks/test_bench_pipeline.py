@@ -30,7 +30,7 @@ def test_the_pipeline_bench_reports_its_fields_at_a_tiny_size(tmp_path):
                                "--workers", "1", "--no-warmup", "--e2e", "--budget-s", "800",
                                "--fleet-dir", str(tmp_path / "fleets"), json_path=tmp_path / "result.json",
                                timeout_s=BENCH_TIMEOUT_S, env=env)
-    assert result["masters"] == ["local[1]"] and result["copies"] == "distinct"
+    assert result["masters"] == ["local[1]"] and result["copies"] == "stream"
     assert len(result["load_start"]) == len(result["load_end"]) == 3
     assert result["pending"] == []
     (size,) = result["sizes"]

@@ -169,7 +169,7 @@ def test_the_jobs_read_gives_the_same_tables_as_every_row_of_every_copy(spark, f
     # in all three copies (same error rows thrice) and another in one copy only (a copy
     # that differs, so its rows are kept and compete in dedupe).
     from pipeline.datasource import read_records
-    from pipeline.jobs import TABLES, build_tables, read_job_records
+    from pipeline.jobs import TABLES, build_stream_tables, build_tables, read_job_records, read_job_stream
 
     root = tmp_path / "fleet"
     shutil.copytree(fake_fleet, root)
@@ -194,3 +194,9 @@ def test_the_jobs_read_gives_the_same_tables_as_every_row_of_every_copy(spark, f
     job = tables(read_job_records(spark, root))
     assert len(full["errors"]) == 4  # three copies of one segment, one of another
     assert job == full
+    # The job's own read: each cluster's stream built in the source.
+    built = build_stream_tables(read_job_stream(spark, root))
+    try:
+        assert {name: sorted(repr(row) for row in built[name].collect()) for name in TABLES} == full
+    finally:
+        built["records"].unpersist()

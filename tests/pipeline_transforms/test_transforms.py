@@ -209,3 +209,14 @@ def test_report_is_self_contained_and_mentions_every_cluster(job):
         assert cluster in html
     assert "blocked by brokers 301, 302 (release 3.9)" in html
     assert "bad magic" in html  # the errors table
+
+
+def test_small_tables_read_back_with_pyarrow_are_sparks_rows(job):
+    # write_outputs reads the small tables for the report with pyarrow: the rows must be
+    # those Spark's collect() gives (maps, structs, arrays, naive timestamps), every table.
+    result, tables, _ = job
+    for name in jobs.TABLES:
+        mine = jobs.collect_parquet(result.tables[name])
+        assert sorted(map(repr, mine)) == sorted(map(repr, tables[name])), name
+    assert any(row["errors"] for row in tables["errors"])
+    assert any(row["timestamp"] is not None for row in tables["features_audit"])
