@@ -197,16 +197,26 @@ async def fanout_cell(n: int, quorum: common.Quorum, leader: int, deadline: floa
                 gc.freeze()
             # The standing load of N idle brokers (Fetch long polls, heartbeats), before any change.
             pids = [os.getpid(), quorum.pid(leader)]
-            before = {pid: common.process_cpu_s(pid) for pid in pids}
+            # What every full collection walks: the GC-tracked objects of this one heap
+            # (counted once, outside the measured windows).
+            result["heap_objects"] = len(gc.get_objects())
+            before, gc_before = {pid: common.process_cpu_s(pid) for pid in pids}, GC.mark()
             await trio.sleep(IDLE_WINDOW_S)
             idle = cpu_share(before, {pid: common.process_cpu_s(pid) for pid in pids}, IDLE_WINDOW_S)
             result["idle_cpu"] = (idle[pids[0]], idle[pids[1]])
+            gc_after = GC.mark()
+            # Of the brokers' process's idle CPU, the share its collector took (% of one core).
+            result["idle_gc"] = (100.0 * (sum(gc_after[0]) - sum(gc_before[0])) / IDLE_WINDOW_S,
+                                 gc_after[1][2] - gc_before[1][2])
             wrong = {b.config.node_id: b.advertised_ranges().get(DESCRIBE_CLUSTER) for b in brokers
                      if b.advertised_ranges().get(DESCRIBE_CLUSTER, (0, 0))[1] != 0}
             if wrong:
                 raise RuntimeError(f"before the upgrade: DescribeCluster not at max 0 on {wrong}")
             print(f"N={n}: all RUNNING after {result['start_s']:.1f} s ({result['start_cpu_s']:.1f} s CPU, "
-                  f"{result['start_gc_s']:.1f} s of it in the garbage collector)", file=sys.stderr, flush=True)
+                  f"{result['start_gc_s']:.1f} s of it in the garbage collector); {result['heap_objects']:,} "
+                  f"GC-tracked objects; idle: {idle[pids[0]]:.0f} % of a core, {result['idle_gc'][0]:.0f} % in the "
+                  f"collector ({result['idle_gc'][1]} full collections in {IDLE_WINDOW_S:g} s)",
+                  file=sys.stderr, flush=True)
             with py_spy(profile):
                 async with await KafkaClient.connect(common.HOST, quorum.port(leader), "bench-brokers") as client:
                     for level in FANOUT_STEPS:
@@ -562,11 +572,13 @@ def run_fanout(args) -> int:
         median, all_median = common.percentile(pooled, 0.5), common.percentile(alls, 0.5)
         if base is None:
             base = (median, all_median, n)
-        idle = cell.get("idle_cpu")
-        summary.append([n, ms(cell["start_s"]), f"{idle[0]:.0f} / {idle[1]:.0f}" if idle else "-", len(cell["steps"]), ms(median), ms(common.percentile(pooled, 0.99)),
+        idle, idle_gc = cell.get("idle_cpu"), cell.get("idle_gc")
+        idle_text = (f"{idle[0]:.0f} / {idle[1]:.0f}" + (f" ({idle_gc[0]:.0f} GC)" if idle_gc else "")) if idle else "-"
+        summary.append([n, ms(cell["start_s"]), idle_text, len(cell["steps"]), ms(median), ms(common.percentile(pooled, 0.99)),
                         ms(max(pooled)), ms(all_median), f"{median / base[0]:.1f}", f"{all_median / base[1]:.1f}",
                         f"{all_median * 1000 / n:.2f}", cell["note"] or "-"])
-    print(common.markdown_table(["N", "all RUNNING after ms", f"idle CPU % brokers' process / leader ({IDLE_WINDOW_S:g} s)",
+    print(common.markdown_table(["N", "all RUNNING after ms",
+                                 f"idle CPU % brokers' process / leader ({IDLE_WINDOW_S:g} s; of it in the collector)",
                                  "steps", "median ms", "p99 ms", "max ms",
                                  "all brokers ms (median of steps)",
                                  f"median / N={base[2] if base else '-'}", f"all / N={base[2] if base else '-'}",
@@ -635,6 +647,7 @@ def _cell_json(n: int, cell: dict) -> dict:
     all_median = common.percentile(alls, 0.5) if alls else None
     return {"brokers": n, "start_s": num(cell["start_s"]), "start_cpu_s": cell.get("start_cpu_s"),
             "start_gc_s": cell.get("start_gc_s"), "idle_cpu": cell.get("idle_cpu"),
+            "idle_gc": cell.get("idle_gc"), "heap_objects": cell.get("heap_objects"),
             "note": cell["note"], "steps": steps, "all_median_s": all_median,
             "all_ms_per_broker": all_median * 1000 / n if all_median is not None else None,
             "floor": cell.get("floor")}

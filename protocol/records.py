@@ -11,9 +11,12 @@ The record batches that carry these values live in `protocol/record_batch.py`.
 `decode_metadata_record` has a hand-written fast path for the records a large image
 is made of (TopicRecord, PartitionRecord, ConfigRecord, without tagged fields): every
 replica decodes each of them (a ZooKeeper migration's copy is 100k+ of them), and
-the generic decoder costs more than half as much again. The fast path returns exactly
+the generic decoder costs more than half as much again. RegisterBrokerRecord (every
+version, its known tagged fields included) has one too: each of N nodes decodes every
+broker's registration, again whenever the fleet re-registers. The fast path returns exactly
 what the generic decoder returns (the same Container, key order included:
-tests/migration/test_record_fast_path.py compares both on arbitrary records and bytes);
+tests/migration/test_record_fast_path.py and tests/protocol/test_register_broker_fast_path.py
+compare both on arbitrary records and bytes);
 anything it does not handle, or any doubt about the bytes, goes to the generic
 decoder, which alone reports errors.
 """
@@ -258,7 +261,160 @@ def _partition_record_v2(buf: bytes) -> Container | None:
                      eligible_leader_replicas=None, last_known_elr=None)
 
 
+# RegisterBrokerRecord: every broker registers (and re-registers when a metadata.version
+# change lets its registration carry log directories), and every node replays each
+# registration, so a fleet of N brokers decodes N records on each of N nodes.
+_RB_ID = struct.Struct(">i").unpack_from
+_RB_ID_ZK = struct.Struct(">i?").unpack_from
+_RB_INCARNATION_EPOCH = struct.Struct(">16sq").unpack_from
+_RB_PORT_PROTOCOL = struct.Struct(">Hh").unpack_from
+_RB_RANGE = struct.Struct(">hh").unpack_from
+
+
+def _uuid_list(buf: bytes, pos: int, end: int, nullable: bool) -> list[uuid.UUID] | None:
+    """A compact array of uuids filling exactly buf[pos:end] (a tagged field's payload);
+    None when it is null (and may be), or anything else unusual (the caller then leaves
+    the record to the generic decoder)."""
+    count, pos = _uvarint(buf, pos)
+    if count == 0:
+        return _NULL_LIST if nullable and pos == end else None
+    if pos + 16 * (count - 1) != end:
+        return None
+    return [_uuid_from_bytes(bytes(buf[at:at + 16])) for at in range(pos, end, 16)]
+
+
+_NULL_LIST: Any = object()  # marker: a null array (decoded as None)
+
+
+def _register_broker_fields(buf: bytes, version: int) -> tuple | None:
+    if version >= 2:
+        broker_id, zk = _RB_ID_ZK(buf, _BODY)
+        pos = _BODY + 5
+    else:
+        broker_id, zk = _RB_ID(buf, _BODY)[0], False
+        pos = _BODY + 4
+    raw_incarnation, epoch = _RB_INCARNATION_EPOCH(buf, pos)
+    pos += 24
+    count, pos = _uvarint(buf, pos)
+    if count == 0:
+        return None  # null array: the generic decoder says what is wrong
+    end_points = []
+    for _ in range(count - 1):
+        name, pos = _string(buf, pos)
+        host, pos = _string(buf, pos)
+        port, protocol = _RB_PORT_PROTOCOL(buf, pos)
+        if buf[pos + 4] != 0:
+            return None  # the endpoint has tagged fields
+        pos += 5
+        end_points.append(Container(name=name, host=host, port=port, security_protocol=protocol))
+    count, pos = _uvarint(buf, pos)
+    if count == 0:
+        return None
+    features = []
+    for _ in range(count - 1):
+        name, pos = _string(buf, pos)
+        low, high = _RB_RANGE(buf, pos)
+        if buf[pos + 4] != 0:
+            return None
+        pos += 5
+        features.append(Container(name=name, min_supported_version=low, max_supported_version=high))
+    rack, pos = _string(buf, pos, nullable=True)
+    fenced = buf[pos] != 0
+    pos += 1
+    shutdown = False
+    if version >= 1:
+        shutdown = buf[pos] != 0
+        pos += 1
+    # The tagged fields: LogDirs (tag 0, v3+) and CordonedLogDirs (tag 1, v4+), in tag
+    # order, each at most once; any other tag, or a payload that is not exactly what it
+    # should be, goes to the generic decoder (it keeps unknown tags).
+    log_dirs: list | None = []
+    cordoned = None
+    tags, pos = _uvarint(buf, pos)
+    previous = -1
+    for _ in range(tags):
+        tag, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        end = pos + size
+        if tag <= previous or end > len(buf) or tag > 1 or (tag == 0 and version < 3) or (tag == 1 and version < 4):
+            return None
+        previous = tag
+        values = _uuid_list(buf, pos, end, nullable=tag == 1)
+        if values is None:
+            return None
+        if tag == 0:
+            if values is _NULL_LIST:
+                return None
+            log_dirs = values
+        else:
+            cordoned = None if values is _NULL_LIST else values
+        pos = end
+    if pos != len(buf):
+        return None
+    return (broker_id, zk, _uuid_from_bytes(raw_incarnation), epoch, end_points, features, rack, fenced, shutdown,
+            log_dirs, cordoned)
+
+
+# Key order as the generic decoder builds it: the fields a version does not have first
+# (declaration order), then its own fields, then its tagged ones.
+def _register_broker_record_v0(buf: bytes) -> Container | None:
+    fields = _register_broker_fields(buf, 0)
+    if fields is None:
+        return None
+    broker_id, _, incarnation, epoch, end_points, features, rack, fenced, _, _, _ = fields
+    return Container(is_migrating_zk_broker=False, in_controlled_shutdown=False, log_dirs=[], cordoned_log_dirs=None,
+                     broker_id=broker_id, incarnation_id=incarnation, broker_epoch=epoch, end_points=end_points,
+                     features=features, rack=rack, fenced=fenced)
+
+
+def _register_broker_record_v1(buf: bytes) -> Container | None:
+    fields = _register_broker_fields(buf, 1)
+    if fields is None:
+        return None
+    broker_id, _, incarnation, epoch, end_points, features, rack, fenced, shutdown, _, _ = fields
+    return Container(is_migrating_zk_broker=False, log_dirs=[], cordoned_log_dirs=None,
+                     broker_id=broker_id, incarnation_id=incarnation, broker_epoch=epoch, end_points=end_points,
+                     features=features, rack=rack, fenced=fenced, in_controlled_shutdown=shutdown)
+
+
+def _register_broker_record_v2(buf: bytes) -> Container | None:
+    fields = _register_broker_fields(buf, 2)
+    if fields is None:
+        return None
+    broker_id, zk, incarnation, epoch, end_points, features, rack, fenced, shutdown, _, _ = fields
+    return Container(log_dirs=[], cordoned_log_dirs=None,
+                     broker_id=broker_id, is_migrating_zk_broker=zk, incarnation_id=incarnation, broker_epoch=epoch,
+                     end_points=end_points, features=features, rack=rack, fenced=fenced,
+                     in_controlled_shutdown=shutdown)
+
+
+def _register_broker_record_v3(buf: bytes) -> Container | None:
+    fields = _register_broker_fields(buf, 3)
+    if fields is None:
+        return None
+    broker_id, zk, incarnation, epoch, end_points, features, rack, fenced, shutdown, log_dirs, _ = fields
+    return Container(cordoned_log_dirs=None,
+                     broker_id=broker_id, is_migrating_zk_broker=zk, incarnation_id=incarnation, broker_epoch=epoch,
+                     end_points=end_points, features=features, rack=rack, fenced=fenced,
+                     in_controlled_shutdown=shutdown, log_dirs=log_dirs)
+
+
+def _register_broker_record_v4(buf: bytes) -> Container | None:
+    fields = _register_broker_fields(buf, 4)
+    if fields is None:
+        return None
+    broker_id, zk, incarnation, epoch, end_points, features, rack, fenced, shutdown, log_dirs, cordoned = fields
+    return Container(broker_id=broker_id, is_migrating_zk_broker=zk, incarnation_id=incarnation, broker_epoch=epoch,
+                     end_points=end_points, features=features, rack=rack, fenced=fenced,
+                     in_controlled_shutdown=shutdown, log_dirs=log_dirs, cordoned_log_dirs=cordoned)
+
+
 _FAST_DECODERS: dict[tuple[int, int], tuple[Message, Callable[[bytes], Container | None]]] = {
+    (mr.REGISTER_BROKER_RECORD.api_key, 0): (mr.REGISTER_BROKER_RECORD, _register_broker_record_v0),
+    (mr.REGISTER_BROKER_RECORD.api_key, 1): (mr.REGISTER_BROKER_RECORD, _register_broker_record_v1),
+    (mr.REGISTER_BROKER_RECORD.api_key, 2): (mr.REGISTER_BROKER_RECORD, _register_broker_record_v2),
+    (mr.REGISTER_BROKER_RECORD.api_key, 3): (mr.REGISTER_BROKER_RECORD, _register_broker_record_v3),
+    (mr.REGISTER_BROKER_RECORD.api_key, 4): (mr.REGISTER_BROKER_RECORD, _register_broker_record_v4),
     (mr.TOPIC_RECORD.api_key, 0): (mr.TOPIC_RECORD, _topic_record_v0),
     (mr.CONFIG_RECORD.api_key, 0): (mr.CONFIG_RECORD, _config_record_v0),
     (mr.PARTITION_RECORD.api_key, 0): (mr.PARTITION_RECORD, _partition_record_v0),

@@ -343,11 +343,17 @@ def encode_snapshot_records(state: ControllerState) -> list[SnapshotRecord]:
     mv_level = state.metadata_version
     base_version = ft.register_broker_record_version(mv_level) if mv_level is not None else 0
     pack_offset = _OFFSET.pack
+    # The encoded features of each distinct features mapping, by identity: registrations
+    # with the same ranges share one mapping (server/controller/state.py), so a fleet's
+    # snapshot encodes them once. Keys are the ids of mappings the state holds for the
+    # whole call, so none is reused meanwhile.
+    features_bytes: dict[int, bytes] = {}
     for item in _plan(state):
         headers = ((REPLAY_OFFSET_HEADER, pack_offset(item.offset)),)
         registration = item.registration
         if registration is not None:
-            value = _registration_value(registration, mv_level, _registration_record_version(registration, base_version))
+            value = _registration_value(registration, mv_level, _registration_record_version(registration, base_version),
+                                        features_bytes)
             entries.append(SnapshotRecord(value, None, headers))
         elif item.record is not None:
             entries.append(SnapshotRecord(encode_metadata_record(item.record), None, headers))
@@ -381,9 +387,10 @@ def register_broker_record_value(registration: BrokerRegistration, mv_level: int
     return _registration_value(registration, mv_level, register_broker_record_version(registration, mv_level))
 
 
-def _registration_value(registration: BrokerRegistration, mv_level: int | None, version: int) -> bytes:
+def _registration_value(registration: BrokerRegistration, mv_level: int | None, version: int,
+                        features_bytes: dict[int, bytes] | None = None) -> bytes:
     try:
-        return _register_broker_record_fast(registration, version)
+        return _register_broker_record_fast(registration, version, features_bytes)
     except (struct.error, TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return encode_metadata_record(_register_broker_record(registration, mv_level))
 
@@ -411,7 +418,20 @@ def _uuid_array(values) -> bytes:
     return b"".join(parts)
 
 
-def _register_broker_record_fast(registration: BrokerRegistration, version: int) -> bytes:
+def _features_bytes(supported_features) -> bytes:
+    """A registration's Features array as the record lays it out (sorted by name)."""
+    features = sorted(supported_features.items())
+    parts = [_UVARINT_1[len(features) + 1] if len(features) < 0x7F else encode_uvarint(len(features) + 1)]
+    supported_range = _RB_RANGE.pack
+    for name, supported in features:
+        parts.append(_compact_string(name))
+        parts.append(supported_range(supported.min_level, supported.max_level))
+        parts.append(b"\x00")  # the feature's (empty) tagged fields
+    return b"".join(parts)
+
+
+def _register_broker_record_fast(registration: BrokerRegistration, version: int,
+                                 features_bytes: dict[int, bytes] | None = None) -> bytes:
     # Every broker's snapshot holds every registration (N of them, at each
     # metadata.version change): local names and the one-byte varint table rather than
     # a call per length.
@@ -434,13 +454,14 @@ def _register_broker_record_fast(registration: BrokerRegistration, version: int)
         append(compact(endpoint.host))
         append(port_protocol(endpoint.port, endpoint.security_protocol))
         append(b"\x00")  # the endpoint's (empty) tagged fields
-    features = sorted(registration.supported_features.items())
-    append(uvarint[len(features) + 1] if len(features) < 0x7F else encode_uvarint(len(features) + 1))
-    supported_range = _RB_RANGE.pack
-    for name, supported in features:
-        append(compact(name))
-        append(supported_range(supported.min_level, supported.max_level))
-        append(b"\x00")
+    supported_features = registration.supported_features
+    if features_bytes is None:
+        append(_features_bytes(supported_features))
+    else:
+        encoded = features_bytes.get(id(supported_features))
+        if encoded is None:
+            encoded = features_bytes[id(supported_features)] = _features_bytes(supported_features)
+        append(encoded)
     rack = registration.rack
     append(b"\x00" if rack is None else compact(rack))
     append(b"\x01" if registration.fenced else b"\x00")

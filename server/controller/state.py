@@ -33,6 +33,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -141,36 +142,81 @@ def _features_and_endpoints(data: Any) -> tuple[dict[str, SupportedRange], tuple
     return features, endpoints
 
 
-def _mapping_registration(data: dict, offset: int) -> "BrokerRegistration":
+def _mapping_registration(data: dict, offset: int,
+                          previous: "BrokerRegistration | None" = None) -> "BrokerRegistration":
     """The registration a RegisterBrokerRecord whose fields are a mapping (a decoded
     Container or a dict built here) describes: what `_get` would read, without its
     per-field dispatch. Every node replays every broker's registration, and a fleet
-    that re-registers (log directories at 3.7-IV2) costs N replays on each of N nodes."""
+    that re-registers (log directories at 3.7-IV2) costs N replays on each of N nodes.
+
+    `previous` (the broker's registration this one replaces): its endpoints and log
+    directory tuples are kept when the record repeats them — equal immutable values, so
+    the image is the same — and a re-registering fleet leaves each image with fewer new
+    objects that outlive the collector's young generations."""
     get = data.get
-    features = {}
+    ranges = []
     for feature in get("features") or ():
         fget = feature.get
-        features[fget("name")] = SupportedRange(fget("min_supported_version"), fget("max_supported_version"))
+        ranges.append((fget("name"), fget("min_supported_version"), fget("max_supported_version")))
     endpoints = []
     for endpoint in get("end_points") or ():
         eget = endpoint.get
         endpoints.append(BrokerEndpoint(eget("name"), eget("host"), eget("port"), eget("security_protocol")))
+    endpoints = tuple(endpoints)
     fenced = get("fenced")
     log_dirs = get("log_dirs")
-    return BrokerRegistration(
-        broker_id=get("broker_id"),
-        incarnation_id=get("incarnation_id"),
-        epoch=get("broker_epoch"),
-        registration_offset=offset,
-        endpoints=tuple(endpoints),
-        supported_features=MappingProxyType(features),
-        rack=get("rack"),
-        fenced=True if fenced is None else bool(fenced),
-        in_controlled_shutdown=bool(get("in_controlled_shutdown")),
-        is_migrating_zk_broker=bool(get("is_migrating_zk_broker")),
-        log_dirs=() if log_dirs is None else tuple(log_dirs),
-        cordoned_log_dirs=_uuid_tuple(get("cordoned_log_dirs")),
-    )
+    log_dirs = () if log_dirs is None else tuple(log_dirs)
+    cordoned = _uuid_tuple(get("cordoned_log_dirs"))
+    if previous is not None:
+        if previous.endpoints == endpoints:
+            endpoints = previous.endpoints
+        if previous.log_dirs == log_dirs:
+            log_dirs = previous.log_dirs
+        if cordoned is not None and previous.cordoned_log_dirs == cordoned:
+            cordoned = previous.cordoned_log_dirs
+    return _new_registration(
+        get("broker_id"), get("incarnation_id"), get("broker_epoch"), offset, endpoints,
+        _supported_features(tuple(ranges)), get("rack"), True if fenced is None else bool(fenced),
+        bool(get("in_controlled_shutdown")), bool(get("is_migrating_zk_broker")), log_dirs, cordoned)
+
+
+# `_new_registration` builds a BrokerRegistration from its fields in this order.
+_REGISTRATION_FIELDS = ("broker_id", "incarnation_id", "epoch", "registration_offset", "endpoints",
+                        "supported_features", "rack", "fenced", "in_controlled_shutdown", "is_migrating_zk_broker",
+                        "log_dirs", "cordoned_log_dirs")
+if tuple(f.name for f in fields(BrokerRegistration)) != _REGISTRATION_FIELDS:
+    raise RuntimeError("BrokerRegistration's fields changed: update _REGISTRATION_FIELDS and _new_registration")
+
+
+def _new_registration(*values, _new=object.__new__, _cls=BrokerRegistration,
+                      _setters=tuple(BrokerRegistration.__dict__[name].__set__ for name in _REGISTRATION_FIELDS)
+                      ) -> BrokerRegistration:
+    """`BrokerRegistration(...)` with every field given (in `_REGISTRATION_FIELDS`
+    order), through the slots' own setters rather than the frozen dataclass's
+    `__init__` (one `object.__setattr__` per field): every node replays every broker's
+    registration, N replays on each of N nodes when a fleet re-registers. The result is
+    the same frozen value (equality, hash and `replace` are the dataclass's)."""
+    registration = _new(_cls)
+    for setter, value in zip(_setters, values, strict=True):
+        setter(registration, value)
+    return registration
+
+
+@functools.lru_cache(maxsize=256)
+def _shared_supported_features(ranges: tuple[tuple[str, int, int], ...]) -> Mapping[str, SupportedRange]:
+    return MappingProxyType({name: SupportedRange(low, high) for name, low, high in ranges})
+
+
+def _supported_features(ranges: tuple[tuple[str, int, int], ...]) -> Mapping[str, SupportedRange]:
+    """The read-only features mapping of a registration's (name, min, max) ranges, one
+    shared value per distinct list: the brokers of a fleet run the same release, so an
+    image of N registrations holds one mapping (and its ranges) instead of N — fewer
+    objects to build on each replay and for the cyclic collector to walk. Immutable, so
+    sharing is safe; a later range for the same name wins, as in a dict built in order."""
+    try:
+        return _shared_supported_features(ranges)
+    except TypeError:  # an unhashable value (never from a decoded record): build it alone
+        return MappingProxyType({name: SupportedRange(low, high) for name, low, high in ranges})
 
 
 def _uuid_tuple(values: Any) -> tuple[uuid.UUID, ...] | None:
@@ -654,8 +700,8 @@ class ControllerState:
                     self._image.topics_view = None
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
-        registration = _mapping_registration(data, offset)
-        previous = self._image.brokers.get(registration.broker_id)
+        previous = self._image.brokers.get(data.get("broker_id"))
+        registration = _mapping_registration(data, offset, previous)
         if previous is not None:
             self._forget_directories(previous)
         self._image.brokers[registration.broker_id] = registration

@@ -1,7 +1,8 @@
 """Smoke test of bench/bench_brokers.py's fan-out at its smallest size: a 3-voter quorum
 and two broker agents stepping metadata.version three times, every result field
 reported (steps, messages per broker, CPU, the wait for a quiet cluster before each step,
-the harness's floor with its CPU and garbage-collector time), exit code 0.
+the heap's size and the idle brokers' collector time, the harness's floor with its CPU and
+garbage-collector time), exit code 0.
 No timing is asserted: timing targets live in bench/, never in tests."""
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def test_the_fanout_bench_reports_its_fields_for_two_brokers(tmp_path):
         assert len(step["cpu_s"]) == 2
         assert step["settle_s"] is not None and step["settle_s"] >= 0
     assert cell["all_ms_per_broker"] is not None
+    # The heap every full collection walks, and the idle brokers' CPU with the collector's share of it.
+    assert cell["heap_objects"] > 0
+    assert len(cell["idle_cpu"]) == 2 and cell["idle_gc"][0] >= 0 and cell["idle_gc"][1] >= 0
     floor = cell["floor"]
     assert floor["api_versions_answered"] == 3 * BROKERS
     assert floor["api_versions_cpu_s"] >= 0 and floor["api_versions_gc_s"] >= 0 and floor["api_versions_gc_full"] >= 0
