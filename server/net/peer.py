@@ -416,11 +416,12 @@ class PeerConnection:
 
     async def _expire_submitted(self) -> None:
         """Answers None to submitted requests past their deadline. Sleeps until the
-        earliest deadline (or a second when none is pending), so a submit rarely wakes it."""
+        earliest deadline, and with none pending until a submit wakes it: an idle
+        connection (a broker holds several per controller) sets no timer at all."""
         # Bounded: each round sleeps until a deadline or a wake-up.
         while True:
             now = trio.current_time()
-            earliest = now + 1.0
+            earliest = math.inf
             for correlation_id, submitted in list(self._submitted.items()):
                 if submitted.deadline <= now:
                     self._answer_submitted(correlation_id, submitted, None)

@@ -239,6 +239,42 @@ async def test_an_undecodable_answer_to_a_task_request_is_logged_once_and_raised
         nursery.cancel_scope.cancel()
 
 
+async def test_an_idle_connection_sets_no_timer_until_something_is_submitted(autojump_clock):
+    """Virtual time: a minute passes instantly. The expiry task sleeps without a deadline
+    while nothing is submitted (hundreds of idle connections would otherwise each wake
+    once a second), and still answers a silent peer's request at its deadline."""
+
+    class ExpirySteps(trio.abc.Instrument):
+        def __init__(self) -> None:
+            self.steps = 0
+
+        def before_task_step(self, task) -> None:
+            if task.name.endswith("_expire_submitted"):
+                self.steps += 1
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_scripted_peer, "silent")
+        peer = PeerConnection(PeerAddress(7, "127.0.0.1", port), "peer-test", random.Random(14))
+        await nursery.start(peer.run)
+        with trio.fail_after(120):
+            await peer.wait_connected()
+            await trio.sleep(1)  # the expiry task has started and gone to sleep
+            counter = ExpirySteps()
+            trio.lowlevel.add_instrument(counter)
+            try:
+                await trio.sleep(60)
+                assert counter.steps == 0
+                answers = _Answers()
+                started = trio.current_time()
+                assert peer.try_submit(60, 0, {}, 5.0, answers.callback(0))
+                await answers.wait_for(1)
+            finally:
+                trio.lowlevel.remove_instrument(counter)
+        assert answers.bodies == {0: None}
+        assert 5.0 <= trio.current_time() - started < 6.0
+        nursery.cancel_scope.cancel()
+
+
 async def test_nothing_is_submitted_to_a_peer_that_is_not_connected():
     peer = PeerConnection(PeerAddress(9, "127.0.0.1", 1), "peer-test", random.Random(7))
     answers = _Answers()
