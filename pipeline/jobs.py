@@ -114,6 +114,22 @@ def build_tables(records_df, nodes_df=None) -> dict:
     # Only the columns the tables read are cached (which controller's copy a record came
     # from, node_id / file / leader_epoch, matters to dedupe, not after it).
     stream = transforms.dedupe(records_df).select(*STREAM_COLUMNS).cache()
+    return _tables(stream, records_df, nodes_df)
+
+
+def build_stream_tables(rows_df, nodes_df=None) -> dict:
+    """`build_tables` for the data source's stream mode (`read_job_stream`): the stream
+    is its rows without an error, the errors table is built from the others. The rows
+    are cached as read (every table scans them; a scan of the source decodes the files
+    again); the timeline is not cached (see `build_tables`)."""
+    rows_df = rows_df.cache()
+    stream = rows_df.where(F.col("error").isNull()).select(*STREAM_COLUMNS)
+    return _tables(stream, rows_df, nodes_df)
+
+
+def _tables(stream, records_df, nodes_df) -> dict:
+    """The tables (and the frames they come from) over one record stream; the errors
+    table from `records_df`, every row read."""
     timeline = transforms.broker_timeline(stream)
 
     def readiness_over(timeline_df):
@@ -126,30 +142,6 @@ def build_tables(records_df, nodes_df=None) -> dict:
         "errors": transforms.errors(records_df),
         "stream": stream,
         "records": records_df,
-        "timeline": timeline,
-        "readiness_over": readiness_over,
-    }
-
-
-def build_stream_tables(rows_df, nodes_df=None) -> dict:
-    """`build_tables` for the data source's stream mode (`read_job_stream`): the stream
-    is its rows without an error, the errors table is built from the others. The rows
-    are cached as read (every table scans them; a scan of the source decodes the files
-    again); the timeline is not cached (see `build_tables`)."""
-    rows_df = rows_df.cache()
-    stream = rows_df.where(F.col("error").isNull()).select(*STREAM_COLUMNS)
-    timeline = transforms.broker_timeline(stream)
-
-    def readiness_over(timeline_df):
-        return transforms.upgrade_readiness(stream, nodes_df, timeline_df)
-
-    return {
-        "features_audit": transforms.features_audit(stream),
-        "upgrade_readiness": readiness_over(timeline),
-        "broker_timeline": timeline,
-        "errors": transforms.errors(rows_df),
-        "stream": stream,
-        "records": rows_df,
         "timeline": timeline,
         "readiness_over": readiness_over,
     }

@@ -260,15 +260,7 @@ class Dispatcher:
             # A request whose bytes this node has answered before, under the same tables:
             # the same answer, without decoding it (what the handler does to the
             # connection, the memo repeats). Only where it would be answered now.
-            if api.reads_image:
-                if views is None:
-                    barrier_needed = self.node.read_barrier_needed()
-                else:
-                    barrier_needed = views.barrier_needed
-                    if barrier_needed is None:
-                        barrier_needed = views.barrier_needed = self.node.read_barrier_needed()
-            else:
-                barrier_needed = False
+            barrier_needed = api.reads_image and self._read_barrier_needed(views)
             if not barrier_needed:
                 if views is None:
                     token = route.read_token()
@@ -323,17 +315,8 @@ class Dispatcher:
             slot = PendingResponse()
             nursery.start_soon(self._run_async, api, ctx, request, slot, started)
             return slot
-        if barrier_needed is not None:
-            pass  # read above, in this synchronous step
-        elif api.reads_image:
-            if views is None:
-                barrier_needed = self.node.read_barrier_needed()
-            else:
-                barrier_needed = views.barrier_needed
-                if barrier_needed is None:
-                    barrier_needed = views.barrier_needed = self.node.read_barrier_needed()
-        else:
-            barrier_needed = False
+        if barrier_needed is None:  # (else read above, in this synchronous step)
+            barrier_needed = api.reads_image and self._read_barrier_needed(views)
         if barrier_needed:
             # Not the leader: answered once this node's image has caught up with it.
             slot = PendingResponse()
@@ -359,6 +342,16 @@ class Dispatcher:
             log.debug(Event.REQUEST, api=api.name, api_version=version, correlation_id=correlation_id,
                       client_id=client_id, latency_us=round((perf_counter() - started) * 1e6, 1))
         return payload
+
+    def _read_barrier_needed(self, views: NodeViews | None) -> bool:
+        """Whether a read must wait for this node's image to catch up (not the leader
+        yet); read once per synchronous stretch when the reader passes its views."""
+        if views is None:
+            return self.node.read_barrier_needed()
+        needed = views.barrier_needed
+        if needed is None:
+            needed = views.barrier_needed = self.node.read_barrier_needed()
+        return needed
 
     async def _run_async(self, api: "ServedApi", ctx: RequestContext, request, slot: PendingResponse,
                          started: float) -> None:
