@@ -44,6 +44,7 @@ import trio
 
 from protocol.record_batch import ControlRecordType
 from protocol.records import MetadataRecord, decode_metadata_record
+from server.collector import CollectorHold, collector_paused
 from server.controller.features import (
     METADATA_VERSION,
     NodeFeatures,
@@ -52,7 +53,6 @@ from server.controller.features import (
     unsupported_finalized_levels,
 )
 from server.controller.snapshot import load_snapshot, write_controller_snapshot
-from server.collector import CollectorHold, collector_paused
 from server.controller.state import ControllerState
 from server.observability import Event, get_logger
 from server.raft.driver import CommittedBatch, DriverStopped, RaftDriver, SnapshotLoaded

@@ -164,6 +164,14 @@ async def test_idle_connection_is_closed_after_connections_max_idle_ms(tmp_path,
             assert [e["idle_ms"] for e in logs if e["event"] == "net.connection_idle_timeout"] == [60_000]
 
 
+async def _serve(conn: Connection, dispatcher: Dispatcher, server) -> None:
+    """One connection over a memory stream, closed when served, as serve_listener does."""
+    try:
+        await serve_connection(conn, dispatcher)
+    finally:
+        await server.aclose()
+
+
 async def test_graceful_close_answers_what_was_read_then_ends_the_connection(tmp_path):
     """Connection.close (a node closing a connection whose ApiVersions answer a
     metadata.version change made stale): every request read before the connection is
@@ -183,14 +191,8 @@ async def test_graceful_close_answers_what_was_read_then_ends_the_connection(tmp
             dispatcher = Dispatcher(node, node.served_apis)
             conn = Connection(1, "memory", server)
 
-            async def serve() -> None:
-                try:
-                    await serve_connection(conn, dispatcher)
-                finally:
-                    await server.aclose()  # what serve_listener does when a connection ends
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve)
+                nursery.start_soon(_serve, conn, dispatcher, server)
                 await client.send_all(request_frame(57, 1, 1, validate_only_update(20)))
                 await trio.testing.wait_all_tasks_blocked()
                 conn.close()
@@ -229,14 +231,8 @@ async def test_graceful_close_answers_frames_read_while_waiting_for_an_in_flight
             dispatcher = Dispatcher(node, node.served_apis)
             conn = Connection(1, "memory", server)
 
-            async def serve() -> None:
-                try:
-                    await serve_connection(conn, dispatcher)
-                finally:
-                    await server.aclose()
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve)
+                nursery.start_soon(_serve, conn, dispatcher, server)
                 # One chunk: two UpdateFeatures take both slots, the ApiVersions wait.
                 waiting_ids = range(3, 3 + waiting)
                 await client.send_all(request_frame(57, 1, 1, validate_only_update(20))
@@ -276,14 +272,8 @@ async def test_pipelined_requests_answered_by_tasks_start_in_the_order_they_were
 
             dispatcher._run_async = recording_run_async
 
-            async def serve() -> None:
-                try:
-                    await serve_connection(conn, dispatcher)
-                finally:
-                    await server.aclose()
-
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(serve)
+                nursery.start_soon(_serve, conn, dispatcher, server)
                 reader = FrameReader(client)
                 chunks, per_chunk = 12, 4
                 for chunk in range(chunks):
