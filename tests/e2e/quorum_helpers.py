@@ -35,6 +35,8 @@ SOCKET_TIMEOUT_S = 5.0
 POLL_INTERVAL_S = 0.05
 METADATA_TOPIC = "__cluster_metadata"
 MV = "metadata.version"
+# A controller's log event once its registration (a write of its own) is committed.
+CONTROLLER_SELF_REGISTERED = "controller.self_registered"
 
 API_VERSIONS = 18
 DESCRIBE_QUORUM = 55
@@ -263,6 +265,15 @@ class LocalQuorum:
             return view
 
         return poll_until("every voter to hold the whole committed log", probe, timeout_s)
+
+    def wait_until_settled(self, timeout_s: float):
+        """`wait_until_replicated` once every live controller's current process has
+        registered itself: each registration is a write of its own, so until then the log
+        may still grow with nobody writing to it. The leader's DescribeQuorum partition."""
+        deadline = time.monotonic() + timeout_s
+        for node_id in self.live:
+            self.wait_for_event(node_id, CONTROLLER_SELF_REGISTERED, max(0.0, deadline - time.monotonic()))
+        return self.wait_until_replicated(max(0.0, deadline - time.monotonic()))
 
     def update_on_leader(self, feature: str, level: int, upgrade_type: int, timeout_s: float) -> int:
         """UpdateFeatures sent to whichever live node leads, retried (same level, so harmless

@@ -241,7 +241,9 @@ def test_a_partitioned_follower_catches_up_from_a_snapshot(make_quorum):
     leader = quorum.wait_for_leader(LEADER_TIMEOUT_S).leader_id
     # A follower, not the leader: a partitioned leader is the failover test's business.
     follower = next(node_id for node_id in quorum.live if node_id != leader)
-    follower_end = quorum.wait_until_replicated(CATCH_UP_TIMEOUT_S).high_watermark
+    # Settled first: a registration still on its way would reach the follower after this
+    # measure, and its log would then end past `follower_end`.
+    follower_end = quorum.wait_until_settled(CATCH_UP_TIMEOUT_S).high_watermark
 
     quorum.pause(follower)
     others = [node_id for node_id in quorum.live if node_id != follower]
@@ -281,8 +283,9 @@ def parse_status(text: str) -> dict[str, str]:
 
 def test_kafka_python_and_kraftwerk_describe_the_same_quorum(make_quorum):
     quorum = make_quorum()
-    # Stable: every voter holds the whole log, and nothing writes from here on.
-    expected = quorum.wait_until_replicated(CATCH_UP_TIMEOUT_S)
+    # Stable: every controller has registered, every voter holds the whole log, and
+    # nothing writes from here on.
+    expected = quorum.wait_until_settled(CATCH_UP_TIMEOUT_S)
     admin = new_admin(quorum)
     try:
         described = admin.describe_metadata_quorum()
