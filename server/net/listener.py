@@ -39,7 +39,10 @@ Rules kept here:
   synchronous start does (a SASL step, a command handed to the controller loop)
   happens in the order the client sent the requests, as Kafka processes them. Answers
   are written straight to a plain TCP socket when it takes them at once
-  (server/net/direct_send.py), which yields to no other task.
+  (server/net/direct_send.py), which yields to no other task; requests are read
+  straight from it, and after the reader wrote answers itself the read's checkpoint
+  comes before the read (`_receiver`): a client whose next request arrives while
+  other connections are served is read without a wait.
 - Each connection remembers the API version ranges ApiVersions told it
   (`Connection.advertised`): what the dispatcher judges its requests by after a
   metadata.version change, and what decides whether the change closes it.
@@ -47,8 +50,10 @@ Rules kept here:
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
+import os
 import ssl
 import struct
 from dataclasses import replace
@@ -71,6 +76,8 @@ if TYPE_CHECKING:
 
 RECEIVE_CHUNK_BYTES = 65536
 _SIZE = struct.Struct(">i")
+# The errnos trio's SocketStream reports as ClosedResourceError (another task closed it).
+_CLOSED_SOCKET_ERRNOS = frozenset((errno.EBADF, errno.ENOTSOCK))
 
 log = get_logger("net")
 
@@ -437,6 +444,58 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
         close_connection()
 
 
+def _receiver(stream: trio.abc.ReceiveStream):
+    """`receive(answered)`: one read of at most RECEIVE_CHUNK_BYTES from `stream`, a
+    checkpoint like `receive_some`. A plain TCP stream is read straight from its socket.
+    `answered`: the reader has just written answers itself, so the client's next request
+    is on its way; then the checkpoint comes *before* the read: the other ready tasks
+    run first, by which time that request has often arrived and the read finds it
+    instead of failing and waiting for the socket (a failed read, an epoll
+    registration and a wake-up per request, the largest cost of one-request chunks).
+    Otherwise (an answer still being worked on) it reads first, as `receive_some` does,
+    and yields after a read that did not wait. Other streams (TLS, in-memory) use
+    `receive_some`."""
+    if stream.__class__ is not trio.SocketStream:
+        receive_some = stream.receive_some
+
+        async def receive(answered: bool) -> bytes:
+            return await receive_some(RECEIVE_CHUNK_BYTES)
+        return receive
+    sock = stream.socket
+    checkpoint = trio.lowlevel.checkpoint
+    checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+    cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
+    wait_readable = trio.lowlevel.wait_readable
+    read = os.read
+
+    async def receive_direct(answered: bool) -> bytes:
+        if answered:
+            await checkpoint()
+        else:
+            await checkpoint_if_cancelled()
+        waited = answered
+        while True:
+            # The descriptor is read in the same synchronous step as the read: a socket
+            # closed meanwhile (fileno -1) fails here rather than reaching a reused one.
+            fd = sock.fileno()
+            try:
+                data = read(fd, RECEIVE_CHUNK_BYTES)
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                if exc.errno in _CLOSED_SOCKET_ERRNOS:
+                    raise trio.ClosedResourceError("this socket was already closed") from None
+                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+            else:
+                if not waited:
+                    # Shielded: the bytes are read, a cancellation now would drop them.
+                    await cancel_shielded_checkpoint()
+                return data
+            await wait_readable(fd)
+            waited = True
+    return receive_direct
+
+
 def _setting(config, name: str):
     # Stand-in nodes of some tests carry a config with the pre-issue-8 fields only.
     return getattr(config, name, ServerConfig.__dataclass_fields__[name].default)
@@ -465,6 +524,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
     outbox = _Outbox()
     views = NodeViews()
     stream = conn.stream
+    receive = _receiver(stream)
     reason = "eof"
 
     async def write_directly(chunks: list[bytes], may_close: bool = True) -> None:
@@ -505,13 +565,15 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
         # Whether part of a frame is buffered: read at the end of each chunk's work,
         # nothing changes it before the next receive.
         in_frame = False
+        # Whether the reader wrote answers itself since the last receive (see _receiver).
+        answered = False
         try:
             with idle:
                 while True:
                     if in_frame:
                         # Part of a frame is here: the rest must follow in time (slowloris).
                         with trio.move_on_at(frame_deadline) as receive_scope:
-                            data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                            data = await receive(answered)
                         if receive_scope.cancelled_caught:
                             reason = "receive_timeout"
                             log.warning(Event.REQUEST_RECEIVE_TIMEOUT, connection=conn.connection_id,
@@ -521,7 +583,8 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                                 limits.timeouts.labels("receive").inc()
                             break
                     else:
-                        data = await stream.receive_some(RECEIVE_CHUNK_BYTES)
+                        data = await receive(answered)
+                    answered = False
                     if not data:
                         if in_frame:
                             reason = "disconnected_mid_request"
@@ -546,6 +609,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                         item = dispatcher.dispatch(conn, bytes(data[SIZE_PREFIX_BYTES:]), nursery)
                         if item.__class__ is bytes:
                             await send_all_now(stream, item)
+                            answered = True
                             # The token back; only this task (the reader) ever waits for one.
                             in_flight.value += 1
                             if conn.closing:
@@ -649,6 +713,7 @@ async def serve_connection(conn: Connection, dispatcher: "Dispatcher", limits: N
                     if ready:
                         # write_directly, inlined: this is the path of every chunk.
                         await send_all_now(stream, ready[0] if len(ready) == 1 else b"".join(ready))
+                        answered = True
                         in_flight.give(len(ready))
                         if conn.closing:
                             conn.close_if_done()
