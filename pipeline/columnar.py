@@ -1,8 +1,7 @@
 """A fleet's files as Arrow record batches, decoded in bulk: what the Spark data source
 hands to Spark.
 
-Owns: `ARROW_SCHEMA` (the Arrow form of `pipeline.schema.RECORD_SCHEMA`, as Spark's own
-conversion types it), `file_batches` (one file as Arrow batches, optionally only some
+Owns: `file_batches` (one file as Arrow batches, optionally only some
 columns), `group_batches` (the copies of one file held by several controllers),
 `copy_groups` (which files are copies of each other) and `native_available`.
 
@@ -44,7 +43,7 @@ import pyarrow.compute as pc
 
 from pipeline import reader
 from pipeline.reader import FleetFile
-from pipeline.schema import RECORD_FIELDS
+from pipeline.schema import ARROW_SCHEMA, RECORD_FIELDS
 from protocol.records import RECORD_TYPES
 
 try:  # the compiled fast path is optional: without it the pure-Python path gives the same rows
@@ -54,38 +53,8 @@ except ImportError:  # pragma: no cover - depends on the build
 
 NATIVE_ENV = "KRAFTWERK_PIPELINE_NATIVE"
 
-_BROKER_TYPE = pa.struct([
-    pa.field("broker_id", pa.int32()),
-    pa.field("broker_epoch", pa.int64()),
-    pa.field("incarnation_id", pa.string()),
-    pa.field("fenced", pa.bool_()),
-    pa.field("in_controlled_shutdown", pa.bool_()),
-    pa.field("rack", pa.string()),
-    pa.field("mv_min", pa.int32()),
-    pa.field("mv_max", pa.int32()),
-    pa.field("log_dirs", pa.list_(pa.field("element", pa.string()))),
-])
-_FEATURE_TYPE = pa.struct([pa.field("name", pa.string()), pa.field("level", pa.int32())])
-
-# pyspark's to_arrow_schema of RECORD_SCHEMA (tests/pipeline_source checks they agree);
-# spelled out here so that reading needs no pyspark.
-ARROW_SCHEMA = pa.schema([
-    pa.field("cluster", pa.string()),
-    pa.field("cluster_id", pa.string()),
-    pa.field("node_id", pa.int32()),
-    pa.field("source", pa.string()),
-    pa.field("file", pa.string()),
-    pa.field("offset", pa.int64()),
-    pa.field("leader_epoch", pa.int32()),
-    pa.field("batch_timestamp_ms", pa.int64()),
-    pa.field("record_type", pa.string()),
-    pa.field("record_version", pa.int32()),
-    pa.field("feature", _FEATURE_TYPE),
-    pa.field("broker", _BROKER_TYPE),
-    pa.field("fields_json", pa.string()),
-    pa.field("error", pa.string()),
-])
-assert tuple(ARROW_SCHEMA.names) == RECORD_FIELDS
+_FEATURE_TYPE = ARROW_SCHEMA.field("feature").type
+_BROKER_TYPE = ARROW_SCHEMA.field("broker").type
 
 # The record type names by api key, for the compiled path's api key column.
 _MAX_KEY = max(RECORD_TYPES)

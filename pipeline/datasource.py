@@ -18,7 +18,11 @@ Rules kept here:
   cluster in one task and gives its record stream, the rows `transforms.dedupe` keeps
   (pipeline/stream.py builds them in Arrow), plus every error row (read the `error`
   column to tell them apart): the per-cluster work done where the rows are decoded,
-  so Spark neither shuffles nor sorts every record to find them. Small files are
+  so Spark neither shuffles nor sorts every record to find them. In that mode
+  `.option("streamRows", "broker")` gives only the stream rows the broker timeline is
+  built from (pipeline/stream.py `broker_rows`) and `"other"` every other row (the
+  rest of the stream and the error rows; default `"all"`): a job that reads the fleet
+  twice, once per kind, needs no cache of every row. Small files are
   packed into partitions of up to `maxPartitionBytes` (option, default 32 MiB; each file also counts
   `openCostInBytes`, default 1 MiB), as Spark packs small files for its own file
   sources, because every task has a fixed cost (~0.4 s here: a Python worker, imports,
@@ -53,6 +57,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pipeline import columnar, stream
 from pipeline.reader import FleetFile, fleet_files
@@ -70,6 +75,11 @@ COPIES_ALL = "all"
 COPIES_DISTINCT = "distinct"
 COPIES_STREAM = "stream"
 COPIES = (COPIES_ALL, COPIES_DISTINCT, COPIES_STREAM)
+
+STREAM_ROWS_ALL = "all"
+STREAM_ROWS_BROKER = "broker"
+STREAM_ROWS_OTHER = "other"
+STREAM_ROWS = (STREAM_ROWS_ALL, STREAM_ROWS_BROKER, STREAM_ROWS_OTHER)
 
 
 class FleetFilesPartition(InputPartition):
@@ -146,7 +156,8 @@ def cluster_groups(files: Iterable[FleetFile]) -> list[tuple[FleetFile, ...]]:
 
 class KraftwerkReader(DataSourceReader):
     def __init__(self, path: str, max_partition_bytes: int, open_cost_bytes: int, schema: StructType,
-                 arrow_batch_rows: int | None, copies: str = COPIES_ALL, partitions: int | None = None) -> None:
+                 arrow_batch_rows: int | None, copies: str = COPIES_ALL, partitions: int | None = None,
+                 stream_rows: str = STREAM_ROWS_ALL) -> None:
         self.path = path
         self.max_partition_bytes = max_partition_bytes
         self.open_cost_bytes = open_cost_bytes
@@ -155,6 +166,7 @@ class KraftwerkReader(DataSourceReader):
         self.arrow_batch_rows = arrow_batch_rows  # None: yield tuples
         self.copies = copies
         self.partitions_wanted = partitions
+        self.stream_rows = stream_rows
 
     def partitions(self) -> list[InputPartition]:
         files = fleet_files(self.path)
@@ -190,15 +202,22 @@ class KraftwerkReader(DataSourceReader):
         return columnar.rebatch(batches, self.arrow_batch_rows)
 
     def _read_streams(self, clusters: tuple[tuple[FleetFile, ...], ...]) -> Iterator:
-        # The choice reads NEEDED_COLUMNS whatever the query asked for; byte-identical
-        # copies are skipped (they cannot change the stream, pipeline/columnar.py).
-        wanted = set(self.columns) | set(stream.NEEDED_COLUMNS)
+        # The choice reads NEEDED_COLUMNS whatever the query asked for (and the split of
+        # the rows by kind the broker column); byte-identical copies are skipped (they
+        # cannot change the stream, pipeline/columnar.py).
+        split = self.stream_rows != STREAM_ROWS_ALL
+        wanted = set(self.columns) | set(stream.NEEDED_COLUMNS) | ({"broker"} if split else set())
         read_columns = tuple(name for name in RECORD_FIELDS if name in wanted)
         schema = columnar.schema_for(read_columns)
+        kept_columns = read_columns if split else self.columns
         for files in clusters:
             batches = [b for group in columnar.copy_groups(files)
                        for b in columnar.group_batches(group, read_columns, distinct=True)]
-            rows = stream.cluster_stream(pa.Table.from_batches(batches, schema), self.columns)
+            rows = stream.cluster_stream(pa.Table.from_batches(batches, schema), kept_columns)
+            if split:
+                is_broker = stream.broker_rows(rows)
+                rows = rows.filter(is_broker if self.stream_rows == STREAM_ROWS_BROKER else pc.invert(is_broker))
+                rows = rows.select(list(self.columns))
             yield from columnar.rebatch(rows.to_batches(), self.arrow_batch_rows)
 
 
@@ -232,6 +251,11 @@ class KraftwerkDataSource(DataSource):
             raise ValueError(f"the copies option is one of {', '.join(map(repr, COPIES))}, not {copies!r}")
         if copies == COPIES_STREAM and arrow != "true":
             raise ValueError("copies='stream' builds Arrow batches: it cannot be read with arrow='false'")
+        stream_rows = str(self.options.get("streamRows", STREAM_ROWS_ALL)).strip().lower()
+        if stream_rows not in STREAM_ROWS:
+            raise ValueError(f"the streamRows option is one of {', '.join(map(repr, STREAM_ROWS))}, not {stream_rows!r}")
+        if stream_rows != STREAM_ROWS_ALL and copies != COPIES_STREAM:
+            raise ValueError("the streamRows option splits the record stream: it needs copies='stream'")
         partitions = self.options.get("numPartitions")
         if partitions is not None:
             partitions = int(partitions)
@@ -239,7 +263,7 @@ class KraftwerkDataSource(DataSource):
                 raise ValueError("numPartitions must be positive")
         _check_columns(schema)
         return KraftwerkReader(path, max_bytes, open_cost, schema, batch_rows if arrow == "true" else None,
-                               copies, partitions)
+                               copies, partitions, stream_rows)
 
 
 def _check_columns(schema: StructType) -> None:
@@ -271,10 +295,10 @@ def register(spark: SparkSession) -> None:
 
 def read_records(spark: SparkSession, path: str, max_partition_bytes: int | None = None,
                  arrow: bool = True, columns: Iterable[str] | None = None, copies: str | None = None,
-                 partitions: int | None = None) -> DataFrame:
+                 partitions: int | None = None, stream_rows: str | None = None) -> DataFrame:
     """`spark.read.format("kraftwerk").load(path)` with the options spelled as arguments:
     `columns` (a subset of RECORD_FIELDS; None = all), `copies` ("all", "distinct" or "stream"),
-    `partitions` (numPartitions)."""
+    `partitions` (numPartitions), `stream_rows` (streamRows: "all", "broker" or "other")."""
     register(spark)
     reader = spark.read.format(FORMAT_NAME)
     if columns is not None:
@@ -287,4 +311,6 @@ def read_records(spark: SparkSession, path: str, max_partition_bytes: int | None
         reader = reader.option("copies", copies)
     if partitions is not None:
         reader = reader.option("numPartitions", str(partitions))
+    if stream_rows is not None:
+        reader = reader.option("streamRows", stream_rows)
     return reader.load(str(path))

@@ -1,20 +1,25 @@
 """The fleet job: records in, Parquet tables and an HTML report out.
 
 Owns: `run` (read a fleet directory, run the transforms, write the outputs),
-`build_tables` / `build_stream_tables` and `write_outputs` (the same without the
-reading, for tests and other inputs), `collect_parquet`, `RunResult`, and
-`run_command` (the CLI's entry).
+`build_tables` / `build_stream_tables` / `build_split_tables` and `write_outputs` (the
+same without the reading, for tests and other inputs), `collect_parquet`, `RunResult`,
+`run_command` (the CLI's entry), and the Spark session with its class archive.
 
 Rules kept here:
 - The transforms stay pure (pipeline/transforms.py); this module decides the actions.
   Each table is computed once, by its Parquet write.
-- `run` reads each cluster's record stream as the data source builds it
-  (`read_job_stream`: the rows `transforms.dedupe` keeps, decided per cluster where the
-  rows are decoded, plus the error rows), so no stage shuffles or sorts every record
-  to deduplicate: those rows are cached as read and every table is built from them
-  (`build_stream_tables`). `build_tables` does the same from any records DataFrame,
-  with `dedupe` in Spark: the records partitioned by cluster and sorted once
-  (`cluster_records`) and the stream are cached. Either way the files are read once.
+- `run` reads each cluster's record stream as the data source builds it (the rows
+  `transforms.dedupe` keeps, decided per cluster where the rows are decoded, plus the
+  error rows), so no stage shuffles or sorts every record to deduplicate. It reads the
+  fleet twice, split by kind (`read_job_split`): the broker rows, nearly every record,
+  go straight into the broker timeline, uncached; the other rows (feature levels,
+  the rest of the stream, errors: few) are cached and give the other tables, with the
+  timeline's Parquet standing for the broker rows (`build_split_tables`). Decoding the
+  files a second time costs less than caching every row in Spark.
+  `build_stream_tables` builds the same tables from one stream-mode read (cached as
+  read), `build_tables` from any records DataFrame, with `dedupe` in Spark: the
+  records partitioned by cluster and sorted once (`cluster_records`) and the stream
+  are cached; those two read the files once.
 - The broker timeline is written first and not cached: upgrade_readiness reads it back
   from its Parquet files. The report reads the small tables back from Parquet with
   pyarrow, as Spark's collect() would give them (never raw records).
@@ -24,7 +29,10 @@ Rules kept here:
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,11 +42,13 @@ from typing import Callable, Mapping
 import pyarrow
 import pyarrow.dataset
 import pyarrow.parquet
+import pyspark
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pipeline import report, transforms
-from pipeline.datasource import COPIES_DISTINCT, COPIES_STREAM, read_records
+from pipeline.datasource import COPIES_DISTINCT, COPIES_STREAM, STREAM_ROWS_BROKER, STREAM_ROWS_OTHER, read_records
 from pipeline.reader import fleet_nodes
 from pipeline.schema import RECORD_FIELDS
 
@@ -75,6 +85,23 @@ def read_job_stream(spark, fleet: str | Path):
     `.option("copies", "stream")`) plus every error row, STREAM_READ_COLUMNS only."""
     partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
     return read_records(spark, str(fleet), columns=STREAM_READ_COLUMNS, copies=COPIES_STREAM, partitions=partitions)
+
+
+# The split read's columns: what the broker timeline reads of the broker rows, and what
+# the other tables read of the other rows (broker is null in all of them).
+BROKER_READ_COLUMNS = tuple(name for name in STREAM_COLUMNS if name != "feature")
+OTHER_READ_COLUMNS = tuple(name for name in STREAM_READ_COLUMNS if name != "broker")
+
+
+def read_job_split(spark, fleet: str | Path):
+    """`read_job_stream` as two reads: (the rows the broker timeline is built from,
+    every other row), `.option("streamRows", "broker" / "other")`."""
+    partitions = max(1, spark.sparkContext.defaultParallelism) * PARTITIONS_PER_CORE
+    return tuple(
+        read_records(spark, str(fleet), columns=columns, copies=COPIES_STREAM, partitions=partitions,
+                     stream_rows=kind)
+        for kind, columns in ((STREAM_ROWS_BROKER, BROKER_READ_COLUMNS), (STREAM_ROWS_OTHER, OTHER_READ_COLUMNS))
+    )
 
 
 def cluster_records(records_df, partitions: int | None = None):
@@ -127,6 +154,37 @@ def build_stream_tables(rows_df, nodes_df=None) -> dict:
     return _tables(stream, rows_df, nodes_df)
 
 
+def build_split_tables(broker_rows_df, other_rows_df, nodes_df=None) -> dict:
+    """The tables from `read_job_split`'s two reads. The timeline is built from the
+    broker rows, which are not cached (the timeline is their only reader); the other
+    rows are cached (three tables scan them). upgrade_readiness takes the timeline's
+    per-broker summary in place of the broker rows its stream lacks; `readiness_over`
+    caches that summary (a row per broker; two branches of the plan read it, so the
+    timeline is scanned once) and lists it under "cached" for write_outputs to release."""
+    other_rows_df = other_rows_df.cache()
+    stream = other_rows_df.where(F.col("error").isNull()).select(
+        *(name for name in STREAM_COLUMNS if name != "broker"))
+    timeline = transforms.broker_timeline(broker_rows_df)
+    cached = []
+
+    def readiness_over(timeline_df):
+        summary = transforms.broker_summary(timeline_df).cache()
+        cached.append(summary)
+        return transforms.upgrade_readiness(stream, nodes_df, summary=summary, stream_has_broker_rows=False)
+
+    return {
+        "features_audit": transforms.features_audit(stream),
+        "upgrade_readiness": readiness_over(timeline),
+        "broker_timeline": timeline,
+        "errors": transforms.errors(other_rows_df),
+        "stream": stream,
+        "records": other_rows_df,
+        "timeline": timeline,
+        "readiness_over": readiness_over,
+        "cached": cached,
+    }
+
+
 def _tables(stream, records_df, nodes_df) -> dict:
     """The tables (and the frames they come from) over one record stream; the errors
     table from `records_df`, every row read."""
@@ -175,6 +233,8 @@ def write_outputs(spark, tables: Mapping, out: Path, progress: Progress = print,
     for cached in ("stream", "records"):
         if cached in tables:
             tables[cached].unpersist()
+    for frame in tables.get("cached", ()):
+        frame.unpersist()
 
     # The small tables as Spark's collect() gives them, read with pyarrow: a Spark job
     # each would cost more (planning, code generation) than reading a few rows.
@@ -237,14 +297,83 @@ SHUFFLE_PARTITIONS = 8
 DRIVER_MEMORY = "3g"
 
 
+# Class data sharing: the JVM maps the classes Spark loads at start-up from an archive
+# instead of reading, parsing and verifying them from the jars again (seconds of every
+# run's start-up on this machine). The archive is specific to the JVM and the jars, so
+# its name carries a key of both; a run without one writes it when its JVM exits. The
+# JVM checks an archive against its own class path and ignores one that does not fit;
+# it cannot start from a damaged one, so an archive is only ever a complete dump,
+# renamed into place, and a failed start with one removes it and starts without.
+CLASS_ARCHIVE_ENV = "KRAFTWERK_SPARK_CLASS_ARCHIVE"  # a file path, or "off"
+_QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+_JVM_EXIT_TIMEOUT_S = 120.0
+
+
+def class_archive_path() -> Path | None:
+    """Where this JVM and these Spark jars keep their class archive (under the user's
+    cache directory), the path in KRAFTWERK_SPARK_CLASS_ARCHIVE, or None when that
+    says "off"."""
+    setting = os.environ.get(CLASS_ARCHIVE_ENV)
+    if setting is not None:
+        return None if setting.strip().lower() in ("", "0", "off", "false", "no") else Path(setting)
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
+    jars = Path(pyspark.__file__).parent / "jars"
+    names = sorted(p.name for p in jars.glob("*.jar")) if jars.is_dir() else []
+    key = hashlib.sha256("\n".join([pyspark.__version__, str(java.resolve()), *names]).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "kraftwerk" / f"spark-classes-{key}.jsa"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassArchive:
+    """How one run uses the class archive: `java_options` for its JVM, and `dump`, the
+    temporary file its JVM writes at exit when there is no archive yet."""
+    path: Path
+    java_options: str
+    dump: Path | None
+
+
+def plan_class_archive(path: Path | None) -> ClassArchive | None:
+    if path is None:
+        return None
+    if path.is_file():
+        return ClassArchive(path, f"-XX:SharedArchiveFile={path} {_QUIET_CDS}", None)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    dump = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    return ClassArchive(path, f"-XX:ArchiveClassesAtExit={dump} {_QUIET_CDS}", dump)
+
+
+def finish_class_archive(plan: ClassArchive, jvm) -> None:
+    """After the session stopped: let the JVM exit (it exits when its stdin closes), so
+    that it writes its dump, then move a complete dump into place."""
+    try:
+        if jvm is not None and jvm.poll() is None:
+            jvm.stdin.close()
+            jvm.wait(timeout=_JVM_EXIT_TIMEOUT_S)
+        if jvm is not None and jvm.returncode == 0 and plan.dump.is_file() and plan.dump.stat().st_size > 0:
+            os.replace(plan.dump, plan.path)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finally:
+        plan.dump.unlink(missing_ok=True)
+
+
 def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
-                  shuffle_partitions: int = SHUFFLE_PARTITIONS, driver_memory: str | None = DRIVER_MEMORY):
-    """The session the pipeline runs in (also the benchmark's and the tests')."""
+                  shuffle_partitions: int = SHUFFLE_PARTITIONS, driver_memory: str | None = DRIVER_MEMORY,
+                  java_options: str = ""):
+    """The session the pipeline runs in (also the benchmark's and the tests').
+    `java_options`: the driver JVM's extra options (ignored when a JVM is running)."""
     # Python workers must run this interpreter (the venv), not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     if driver_memory:
         builder = builder.config("spark.driver.memory", driver_memory)
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     session = (
         builder.master(master)
         .appName(app_name)
@@ -290,18 +419,36 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
     a session on `master` and stops it afterwards."""
     fleet, out = Path(fleet), Path(out)
     own_session = spark is None
+    archive = None
     if own_session:
         progress(f"pipeline: starting Spark ({master})")
-        spark = spark_session(master)
+        # Only a JVM this run starts can be told to use or write the archive (and be
+        # made to exit for the dump).
+        if SparkContext._gateway is None:
+            archive = plan_class_archive(class_archive_path())
+        try:
+            spark = spark_session(master, java_options=archive.java_options if archive else "")
+        except Exception:
+            if archive is None:
+                raise
+            # A JVM that cannot use the archive does not start: drop it, start without.
+            progress(f"pipeline: Spark did not start with the class archive {archive.path}; removing it")
+            archive.path.unlink(missing_ok=True)
+            archive = None
+            spark = spark_session(master)
     try:
         progress(f"pipeline: reading {fleet}")
-        rows = read_job_stream(spark, fleet)
+        broker_rows, other_rows = read_job_split(spark, fleet)
         nodes = _nodes_df(spark, fleet, progress)
-        tables = build_stream_tables(rows, nodes)
+        tables = build_split_tables(broker_rows, other_rows, nodes)
         return write_outputs(spark, tables, out, progress, fleet=str(fleet))
     finally:
         if own_session:
+            jvm = getattr(spark.sparkContext._gateway, "proc", None)
             spark.stop()
+            if archive is not None and archive.dump is not None:
+                progress(f"pipeline: writing the class archive {archive.path} (once)")
+                finish_class_archive(archive, jvm)
 
 
 def run_command(fleet: str | Path, out: str | Path, master: str = "local[*]") -> int:

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.schema import BROKER_RECORDS
 from protocol.errors import DecodeError
 from protocol.raft_records import (
     KRAFT_VERSION_RECORD,
@@ -344,10 +345,7 @@ def _uuid_text(value: Any) -> str | None:
     return uuid_to_string(value) if isinstance(value, uuid.UUID) else None
 
 
-_BROKER_RECORDS = frozenset({
-    "RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord", "UnfenceBrokerRecord",
-    "UnregisterBrokerRecord",
-})
+_BROKER_RECORDS = frozenset(BROKER_RECORDS)
 
 
 def _broker(name: str, version: int, data: Any) -> tuple | None:

@@ -1,8 +1,9 @@
 """One cluster's record stream, built in the data source from Arrow columns: the
 source-side form of `pipeline.transforms.dedupe`.
 
-Owns: `cluster_stream` (a cluster's rows -> its stream rows plus every error row) and
-`NEEDED_COLUMNS` (the columns it reads to decide).
+Owns: `cluster_stream` (a cluster's rows -> its stream rows plus every error row),
+`NEEDED_COLUMNS` (the columns it reads to decide) and `broker_rows` (which rows the
+broker timeline is built from).
 
 Rules kept here:
 - The rows kept are exactly `dedupe`'s (pipeline/transforms.py, whose module docstring
@@ -30,13 +31,22 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-FEATURE_LEVEL_RECORD = "FeatureLevelRecord"
+from pipeline.schema import BROKER_RECORDS, FEATURE_LEVEL_RECORD
+
 SNAPSHOT_CONTROL_RECORDS = ("SnapshotHeader", "SnapshotFooter")
 SOURCE_LOG = "log"
 SOURCE_SNAPSHOT = "snapshot"
 
 # What the choice reads, whatever columns the caller wants back.
 NEEDED_COLUMNS = ("node_id", "source", "file", "offset", "leader_epoch", "record_type", "feature", "error")
+
+
+def broker_rows(rows: pa.Table) -> pa.ChunkedArray:
+    """True for the rows the broker timeline is built from: a broker record type with a
+    `broker` struct (pipeline/transforms.py `broker_rows`, the same predicate in Spark).
+    Never null: error rows (no record type) are false."""
+    is_broker = pc.is_in(rows["record_type"], value_set=pa.array(BROKER_RECORDS, pa.string()))
+    return pc.and_(is_broker, pc.is_valid(rows["broker"]))
 
 
 def _new_key(values: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -38,22 +38,18 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from pipeline.schema import (  # noqa: F401 - the record types' names, re-exported for the transforms' users
+    BROKER_RECORDS,
+    BROKER_REGISTRATION_CHANGE_RECORD,
+    FEATURE_LEVEL_RECORD,
+    FENCE_BROKER_RECORD,
+    REGISTER_BROKER_RECORD,
+    UNFENCE_BROKER_RECORD,
+    UNREGISTER_BROKER_RECORD,
+)
 from server.controller.features import LATEST_PRODUCTION, METADATA_VERSION, METADATA_VERSIONS
 from server.releases import RELEASES
 
-FEATURE_LEVEL_RECORD = "FeatureLevelRecord"
-REGISTER_BROKER_RECORD = "RegisterBrokerRecord"
-UNREGISTER_BROKER_RECORD = "UnregisterBrokerRecord"
-FENCE_BROKER_RECORD = "FenceBrokerRecord"
-UNFENCE_BROKER_RECORD = "UnfenceBrokerRecord"
-BROKER_REGISTRATION_CHANGE_RECORD = "BrokerRegistrationChangeRecord"
-BROKER_RECORDS = (
-    REGISTER_BROKER_RECORD,
-    UNREGISTER_BROKER_RECORD,
-    FENCE_BROKER_RECORD,
-    UNFENCE_BROKER_RECORD,
-    BROKER_REGISTRATION_CHANGE_RECORD,
-)
 # Framing of a snapshot file, not metadata: they carry no state and would only collide
 # with real records at the snapshot's end offset.
 SNAPSHOT_CONTROL_RECORDS = ("SnapshotHeader", "SnapshotFooter")
@@ -299,6 +295,12 @@ def features_audit(stream: DataFrame) -> DataFrame:
 
 # ---------------------------------------------------------------- broker timeline
 
+def broker_rows() -> Column:
+    """The stream rows the broker timeline is built from (each gives at least one
+    event); pipeline/stream.py `broker_rows` is the same predicate over Arrow."""
+    return F.col("record_type").isin(*BROKER_RECORDS) & F.col("broker").isNotNull()
+
+
 def broker_timeline(stream: DataFrame) -> DataFrame:
     """Registration events per broker, in offset order.
 
@@ -337,7 +339,7 @@ def broker_timeline(stream: DataFrame) -> DataFrame:
         .when(record_type == UNFENCE_BROKER_RECORD, events_of(UNFENCE))
         .otherwise(change_events)
     )
-    rows = stream.where(record_type.isin(*BROKER_RECORDS) & broker.isNotNull()).select(
+    rows = stream.where(broker_rows()).select(
         "cluster",
         "cluster_id",
         broker.broker_id.alias("broker_id"),
@@ -395,8 +397,35 @@ def _plural_role(role: Column, count: Column) -> Column:
     return F.when(count == 1, role).otherwise(F.concat(role, F.lit("s")))
 
 
+def broker_summary(timeline: DataFrame) -> DataFrame:
+    """A broker timeline (`broker_timeline`'s output, in any order) summed up per
+    (cluster, broker_id, cluster_id), what upgrade_readiness needs of it: the state
+    after the group's last event (`_last`, the largest offset * 4 + event_index; a
+    record gives at most two events, so event_index < 4, and offsets stay far below
+    2**61): `_registered` (that event is not an unregistration), broker_epoch, mv_min,
+    mv_max, fenced; and the group's last offset and batch timestamp.
+
+    ONE hash aggregation with no sort, join or second scan: only fixed-width values are
+    aggregated (a string maximum would make Spark sort every event), so the cluster id
+    is a grouping key, and upgrade_readiness takes each broker's last state over its
+    (almost always one) groups. The result is small (a row per broker): the job caches
+    it, so the timeline is scanned once."""
+    last = F.col("offset") * 4 + F.col("event_index")
+    return timeline.groupBy("cluster", "broker_id", "cluster_id").agg(
+        F.max(last).alias("_last"),
+        F.max_by(F.col("event") != UNREGISTER, last).alias("_registered"),
+        F.max_by("broker_epoch", last).alias("broker_epoch"),
+        F.max_by("mv_min", last).alias("mv_min"),
+        F.max_by("mv_max", last).alias("mv_max"),
+        F.max_by("fenced", last).alias("fenced"),
+        F.max("offset").alias("last_offset"),
+        F.max("batch_timestamp_ms").alias("last_batch_timestamp_ms"),
+    )
+
+
 def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
-                      timeline: DataFrame | None = None) -> DataFrame:
+                      timeline: DataFrame | None = None, stream_has_broker_rows: bool = True,
+                      summary: DataFrame | None = None) -> DataFrame:
     """Per cluster: where its metadata.version stands and what holds it back.
 
     Definitions (per cluster, over its registered brokers at the end of the stream, plus
@@ -422,14 +451,30 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
     blockers, verdict.
     `timeline`: `broker_timeline(stream)` when the caller has it already (the job reads
     back the table it wrote), else it is built here. A given timeline must be that
-    function's output (its release is recomputed from mv_min / mv_max as it does)."""
+    function's output (its release is recomputed from mv_min / mv_max as it does).
+    `summary`: `broker_summary(timeline)`, in place of the timeline (the job caches it).
+    `stream_has_broker_rows=False`: `stream` is the stream without the timeline's rows
+    (`broker_rows()`), and the timeline (or its summary), which must be given, stands
+    for them: each of those rows gives at least one event with its cluster, cluster id,
+    offset and timestamp, so the clusters' last offset, last timestamp and ids are the
+    same."""
+    if summary is None and timeline is not None:
+        summary = broker_summary(timeline)
+    if not stream_has_broker_rows and summary is None:
+        raise ValueError("a stream without its broker rows needs the timeline built from them")
+    positions = stream.select("cluster", "cluster_id", "offset", "batch_timestamp_ms")
+    if not stream_has_broker_rows:
+        positions = positions.unionByName(summary.select(
+            "cluster", "cluster_id", F.col("last_offset").alias("offset"),
+            F.col("last_batch_timestamp_ms").alias("batch_timestamp_ms"),
+        ))
     # The largest cluster id of a cluster is the largest of its distinct ones: taken over
     # the few distinct pairs, a string maximum does not make Spark sort every record
     # (it aggregates strings by sorting, numbers by hashing).
-    cluster_ids = stream.select("cluster", "cluster_id").distinct().groupBy("cluster").agg(
+    cluster_ids = positions.select("cluster", "cluster_id").distinct().groupBy("cluster").agg(
         F.max("cluster_id").alias("cluster_id")
     )
-    clusters = stream.groupBy("cluster").agg(
+    clusters = positions.groupBy("cluster").agg(
         F.max("offset").alias("last_offset"),
         F.timestamp_millis(F.max("batch_timestamp_ms")).alias("last_timestamp"),
     ).join(cluster_ids, "cluster").select("cluster", "cluster_id", "last_offset", "last_timestamp")
@@ -455,7 +500,7 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
     )
 
     broker_key = ("cluster", "broker_id")
-    if timeline is None:
+    if summary is None:
         # Built here, the timeline comes out of its window partitioned by broker and in
         # event order: its last row per broker is the one with no next row, found by a
         # window over the same order (no second exchange or sort, computed once).
@@ -467,16 +512,12 @@ def upgrade_readiness(stream: DataFrame, nodes_df: DataFrame | None = None,
             "cluster", "broker_id", "broker_epoch", "release", "mv_min", "mv_max", "fenced"
         )
     else:
-        # A given timeline (the job's, read back from its Parquet files) has no known
-        # order: each broker's last event, the one with the largest (offset,
-        # event_index), is found by ONE hash aggregation over the events (max_by over a
-        # long that orders as that pair: a record gives at most two events, so
-        # event_index < 4; offsets stay far below 2**61), with no sort, join or second
-        # scan. Only fixed-width values are picked (that is what keeps the aggregation a
-        # hash aggregation); the release is the timeline's own function of the range.
-        last = F.col("offset") * 4 + F.col("event_index")
-        latest = timeline.groupBy(*broker_key).agg(
-            F.max_by(F.col("event") != UNREGISTER, last).alias("_registered"),
+        # A given timeline has no known order: each broker's last state is that of its
+        # summary group with the largest `_last`. The release is the timeline's own
+        # function of the range.
+        last = F.col("_last")
+        latest = summary.groupBy(*broker_key).agg(
+            F.max_by("_registered", last).alias("_registered"),
             F.max_by("broker_epoch", last).alias("broker_epoch"),
             F.max_by("mv_min", last).alias("mv_min"),
             F.max_by("mv_max", last).alias("mv_max"),

@@ -169,7 +169,8 @@ def test_the_jobs_read_gives_the_same_tables_as_every_row_of_every_copy(spark, f
     # in all three copies (same error rows thrice) and another in one copy only (a copy
     # that differs, so its rows are kept and compete in dedupe).
     from pipeline.datasource import read_records
-    from pipeline.jobs import TABLES, build_stream_tables, build_tables, read_job_records, read_job_stream
+    from pipeline.jobs import (TABLES, build_split_tables, build_stream_tables, build_tables, read_job_records,
+                               read_job_split, read_job_stream)
 
     root = tmp_path / "fleet"
     shutil.copytree(fake_fleet, root)
@@ -200,3 +201,13 @@ def test_the_jobs_read_gives_the_same_tables_as_every_row_of_every_copy(spark, f
         assert {name: sorted(repr(row) for row in built[name].collect()) for name in TABLES} == full
     finally:
         built["records"].unpersist()
+    # The job's two reads (broker rows, the rest), with upgrade_readiness built over the
+    # timeline as the job builds it.
+    built = build_split_tables(*read_job_split(spark, root))
+    try:
+        assert {name: sorted(repr(row) for row in built[name].collect()) for name in TABLES} == full
+        over = built["readiness_over"](built["timeline"])
+        assert sorted(repr(row) for row in over.collect()) == full["upgrade_readiness"]
+    finally:
+        for frame in (built["records"], *built["cached"]):
+            frame.unpersist()

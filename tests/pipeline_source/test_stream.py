@@ -140,3 +140,34 @@ def test_stream_mode_needs_arrow(spark, tmp_path):
     with pytest.raises(Exception, match="arrow"):
         spark.read.format("kraftwerk").option("copies", COPIES_STREAM).option("arrow", "false").load(
             str(tmp_path)).collect()
+
+
+def test_the_split_stream_rows_are_the_stream_divided_by_the_timelines_predicate(spark, damaged_fleet):
+    # "broker": exactly the stream rows transforms.broker_rows() keeps; "other": every
+    # other row of the stream plus every error row; together, the whole stream.
+    columns = ("cluster", "cluster_id", "offset", "record_type", "feature", "broker", "error")
+    whole = read_records(spark, str(damaged_fleet), columns=columns, copies=COPIES_STREAM, partitions=2)
+
+    def rows(frame):
+        return sorted(repr(row.asDict(recursive=True)) for row in frame.collect())
+
+    def split(kind, wanted=columns):
+        return read_records(spark, str(damaged_fleet), columns=wanted, copies=COPIES_STREAM, partitions=2,
+                            stream_rows=kind)
+
+    is_broker = transforms.broker_rows()
+    broker, other = rows(split("broker")), rows(split("other"))
+    assert broker == rows(whole.where(is_broker))
+    assert other == rows(whole.where(~is_broker | F.col("record_type").isNull()))
+    assert sorted(broker + other) == rows(whole)
+    assert any("'error': None" not in row for row in other)  # the damage's error rows
+    # The split does not need the columns it splits by to be asked for.
+    narrow = ("cluster", "offset")
+    assert rows(split("broker", narrow)) == rows(whole.where(is_broker).select(*narrow))
+
+
+def test_stream_rows_needs_the_stream_mode_and_a_known_kind(spark, damaged_fleet):
+    with pytest.raises(Exception, match="streamRows"):
+        read_records(spark, str(damaged_fleet), columns=NO_JSON, copies="distinct", stream_rows="broker").collect()
+    with pytest.raises(Exception, match="streamRows"):
+        read_records(spark, str(damaged_fleet), columns=NO_JSON, copies=COPIES_STREAM, stream_rows="brokers").collect()

@@ -186,6 +186,30 @@ def test_readiness_without_nodes_judges_brokers_only(records):
     assert rows["beta"]["verdict"] == "up to date"
 
 
+def test_readiness_over_a_stream_without_its_broker_rows_and_their_timeline(spark, records):
+    # The job's split read: the timeline stands for the broker rows the stream lacks
+    # (their clusters, ids, last offsets and timestamps included); same rows, any order.
+    nodes = spark.createDataFrame(NODES, NODES_SCHEMA)
+    stream = transforms.dedupe(records)
+    expected = sorted(repr(row) for row in transforms.upgrade_readiness(stream, nodes).collect())
+    without = stream.where(~transforms.broker_rows())
+    timeline = transforms.broker_timeline(stream)
+    over = transforms.upgrade_readiness(without, nodes, timeline, stream_has_broker_rows=False)
+    assert sorted(repr(row) for row in over.collect()) == expected
+    # The same from the timeline's summary, as the job gives it (cached).
+    summary = transforms.broker_summary(timeline).cache()
+    try:
+        over = transforms.upgrade_readiness(without, nodes, summary=summary, stream_has_broker_rows=False)
+        assert sorted(repr(row) for row in over.collect()) == expected
+    finally:
+        summary.unpersist()
+    # The broker rows are most of a cluster's last offsets here: without the timeline
+    # standing for them, the answer would differ.
+    assert sorted(repr(row) for row in transforms.upgrade_readiness(without, nodes, transforms.broker_timeline(stream)).collect()) != expected
+    with pytest.raises(ValueError, match="timeline"):
+        transforms.upgrade_readiness(without, nodes, stream_has_broker_rows=False)
+
+
 # ---------------------------------------------------------------- job and report
 
 
