@@ -389,10 +389,19 @@ def register_broker_record_value(registration: BrokerRegistration, mv_level: int
 
 def _registration_value(registration: BrokerRegistration, mv_level: int | None, version: int,
                         features_bytes: dict[int, bytes] | None = None) -> bytes:
+    # A registration is immutable: the bytes it got at this version last time are its
+    # bytes now (every node snapshots at each metadata.version change, and most
+    # registrations are unchanged since the previous one).
+    held = registration.snapshot_value
+    if held is not None and held[0] == version:
+        return held[1]
     try:
-        return _register_broker_record_fast(registration, version, features_bytes)
+        value = _register_broker_record_fast(registration, version, features_bytes)
     except (struct.error, TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return encode_metadata_record(_register_broker_record(registration, mv_level))
+    # Another thread may store the same bytes at the same time: either write is the value.
+    object.__setattr__(registration, "snapshot_value", (version, value))
+    return value
 
 
 # One-byte unsigned varints (0..127): the lengths, counts and versions of a registration

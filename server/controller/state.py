@@ -29,6 +29,9 @@ Rules kept here:
 - Readers get immutable values (`TopicImage`, `PartitionImage`, read-only mappings),
   built lazily and cached per topic, so a replayed PartitionRecord costs O(1) and a
   reader never sees a view change under it.
+- Images in one process share the registration values the same committed records
+  give (`SHARED_REGISTRATIONS`, a bounded window): only a value equal field for field
+  to the one the record builds is shared, so sharing never changes what an image holds.
 """
 
 from __future__ import annotations
@@ -107,6 +110,12 @@ class BrokerRegistration:
     # The log directories the broker's heartbeats say are cordoned (KIP-1066); None
     # until its first heartbeat that says (or below metadata.version 4.3-IV0).
     cordoned_log_dirs: tuple[uuid.UUID, ...] | None = None
+    # (record version, bytes): this value's RegisterBrokerRecord as a snapshot holds it
+    # (server/controller/snapshot.py). A node snapshots at every metadata.version change
+    # and most registrations are unchanged since the last one; the value is immutable,
+    # so its bytes at a version are too. Not part of the value: not compared, not
+    # copied by `replace`.
+    snapshot_value: tuple[int, bytes] | None = field(default=None, init=False, compare=False, repr=False)
 
     def supported(self, feature: str) -> SupportedRange:
         """The broker's range for `feature`; a feature it did not mention is [0, 0]."""
@@ -140,6 +149,130 @@ def _features_and_endpoints(data: Any) -> tuple[dict[str, SupportedRange], tuple
         for e in _get(data, "end_points", [])
     )
     return features, endpoints
+
+
+class SharedRegistrations:
+    """Registrations already built in this process, by (offset, broker id), so that
+    every image that replays the same committed RegisterBrokerRecord holds one
+    immutable value instead of one copy each.
+
+    A process that hosts several nodes (the simulator, tests, a benchmark with N
+    broker agents) replays each committed record once per node: without this, N
+    images of N brokers hold N² registrations, each built anew and each walked by
+    the cyclic collector. A hit is taken only when every field the record gives
+    equals the cached value's (checked without allocating), so a different record
+    at the same offset (another cluster in the same process, a divergent test log)
+    builds its own value: the image is the same as without the cache, field for
+    field. A process with one node gains nothing and pays one lookup per
+    registration record, and at most `max_entries` superseded values outlive their
+    images until the next clear."""
+
+    __slots__ = ("_by_key", "_derived", "max_entries")
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self._by_key: dict[tuple[int, Any], BrokerRegistration] = {}
+        # (offset, broker id) -> (the registration a fencing or shutdown change applied
+        # to, the change, the result): an image whose registration is that same shared
+        # value gets the same result (`derived`).
+        self._derived: dict[tuple[int, Any], tuple[BrokerRegistration, Any, BrokerRegistration]] = {}
+        self.max_entries = max_entries
+
+    def get(self, data: Any, offset: int) -> "BrokerRegistration | None":
+        cached = self._by_key.get((offset, data.get("broker_id")))
+        if cached is not None and _registration_matches(cached, data):
+            return cached
+        return None
+
+    def put(self, registration: "BrokerRegistration") -> None:
+        by_key = self._by_key
+        if len(by_key) >= self.max_entries:
+            # Values are kept only while nodes still replay them: a bounded window,
+            # cleared whole (cheaper than an LRU's bookkeeping per record).
+            by_key.clear()
+        by_key[(registration.registration_offset, registration.broker_id)] = registration
+
+    def derived(self, offset: int, source: "BrokerRegistration", change: Any) -> "BrokerRegistration | None":
+        """The registration `change` (a record's fencing / shutdown values) at `offset`
+        made of `source` in another image, if that image held this very value: a value
+        is immutable, so the same change of it gives an equal one."""
+        held = self._derived.get((offset, source.broker_id))
+        if held is not None and held[0] is source and held[1] == change:
+            return held[2]
+        return None
+
+    def put_derived(self, offset: int, source: "BrokerRegistration", change: Any,
+                    result: "BrokerRegistration") -> None:
+        derived = self._derived
+        if len(derived) >= self.max_entries:
+            derived.clear()
+        derived[(offset, source.broker_id)] = (source, change, result)
+
+
+def _registration_matches(registration: "BrokerRegistration", data: Any) -> bool:
+    """Whether `_mapping_registration(data, registration.registration_offset)` would
+    build a value equal to `registration` (read-only walk of the record's fields)."""
+    get = data.get
+    if (registration.epoch != get("broker_epoch") or registration.incarnation_id != get("incarnation_id")
+            or registration.rack != get("rack")):
+        return False
+    fenced = get("fenced")
+    if (registration.fenced is not (True if fenced is None else bool(fenced))
+            or registration.in_controlled_shutdown is not bool(get("in_controlled_shutdown"))
+            or registration.is_migrating_zk_broker is not bool(get("is_migrating_zk_broker"))):
+        return False
+    endpoints = get("end_points") or ()
+    held = registration.endpoints
+    if len(endpoints) != len(held):
+        return False
+    for endpoint, value in zip(endpoints, held):
+        eget = endpoint.get
+        if (value.name != eget("name") or value.host != eget("host") or value.port != eget("port")
+                or value.security_protocol != eget("security_protocol")):
+            return False
+    features = get("features") or ()
+    supported = registration.supported_features
+    # The mapping keeps the list's order (a dict built in order), so the names must come
+    # one for one, in order: a repeated name (a shorter mapping) or another order is
+    # built, never matched.
+    if len(features) != len(supported):
+        return False
+    for feature, (name, supported_range) in zip(features, supported.items()):
+        fget = feature.get
+        if (name != fget("name") or supported_range.min_level != fget("min_supported_version")
+                or supported_range.max_level != fget("max_supported_version")):
+            return False
+    log_dirs = get("log_dirs")
+    # Built as () from a null LogDirs, and as None from a null CordonedLogDirs.
+    if not (not registration.log_dirs if log_dirs is None else _same_values(registration.log_dirs, log_dirs)):
+        return False
+    cordoned = get("cordoned_log_dirs")
+    return registration.cordoned_log_dirs is None if cordoned is None \
+        else _same_values(registration.cordoned_log_dirs, cordoned)
+
+
+def _same_values(held: "tuple | None", given: Any) -> bool:
+    if held is None or len(held) != len(given):
+        return False
+    for held_value, given_value in zip(held, given):
+        if held_value != given_value:
+            return False
+    return True
+
+
+# This process's shared registrations (see SharedRegistrations): the one piece of
+# module state here, a cache of immutable values that never changes what an image holds.
+SHARED_REGISTRATIONS = SharedRegistrations()
+
+
+def _fencing_changed(registration: "BrokerRegistration", offset: int, fenced: bool) -> "BrokerRegistration":
+    """`replace(registration, fenced=fenced)`, shared with the images that applied the
+    same record to the same value."""
+    change = FENCING_CHANGE_FENCE if fenced else FENCING_CHANGE_UNFENCE
+    changed = SHARED_REGISTRATIONS.derived(offset, registration, change)
+    if changed is None:
+        changed = replace(registration, fenced=fenced)
+        SHARED_REGISTRATIONS.put_derived(offset, registration, change, changed)
+    return changed
 
 
 def _mapping_registration(data: dict, offset: int,
@@ -184,8 +317,9 @@ def _mapping_registration(data: dict, offset: int,
 _REGISTRATION_FIELDS = ("broker_id", "incarnation_id", "epoch", "registration_offset", "endpoints",
                         "supported_features", "rack", "fenced", "in_controlled_shutdown", "is_migrating_zk_broker",
                         "log_dirs", "cordoned_log_dirs")
-if tuple(f.name for f in fields(BrokerRegistration)) != _REGISTRATION_FIELDS:
-    raise RuntimeError("BrokerRegistration's fields changed: update _REGISTRATION_FIELDS and _new_registration")
+if tuple(f.name for f in fields(BrokerRegistration) if f.init) != _REGISTRATION_FIELDS:
+    raise RuntimeError("BrokerRegistration's fields changed: update _REGISTRATION_FIELDS, _new_registration "
+                       "and _registration_matches")
 
 
 def _new_registration(*values, _new=object.__new__, _cls=BrokerRegistration,
@@ -199,7 +333,11 @@ def _new_registration(*values, _new=object.__new__, _cls=BrokerRegistration,
     registration = _new(_cls)
     for setter, value in zip(_setters, values, strict=True):
         setter(registration, value)
+    _set_snapshot_value(registration, None)
     return registration
+
+
+_set_snapshot_value = BrokerRegistration.__dict__["snapshot_value"].__set__
 
 
 @functools.lru_cache(maxsize=256)
@@ -701,7 +839,10 @@ class ControllerState:
 
     def _replay_register_broker(self, data: Any, offset: int) -> None:
         previous = self._image.brokers.get(data.get("broker_id"))
-        registration = _mapping_registration(data, offset, previous)
+        registration = SHARED_REGISTRATIONS.get(data, offset)
+        if registration is None:
+            registration = _mapping_registration(data, offset, previous)
+            SHARED_REGISTRATIONS.put(registration)
         if previous is not None:
             self._forget_directories(previous)
         self._image.brokers[registration.broker_id] = registration
@@ -743,11 +884,11 @@ class ControllerState:
 
     def _replay_fence(self, data: Any, offset: int) -> None:
         registration = self._registration_for("FenceBrokerRecord", _get(data, "id"), _get(data, "epoch"))
-        self._image.brokers[registration.broker_id] = replace(registration, fenced=True)
+        self._image.brokers[registration.broker_id] = _fencing_changed(registration, offset, True)
 
     def _replay_unfence(self, data: Any, offset: int) -> None:
         registration = self._registration_for("UnfenceBrokerRecord", _get(data, "id"), _get(data, "epoch"))
-        self._image.brokers[registration.broker_id] = replace(registration, fenced=False)
+        self._image.brokers[registration.broker_id] = _fencing_changed(registration, offset, False)
 
     def _replay_registration_change(self, data: Any, offset: int) -> None:
         registration = self._registration_for(
@@ -759,6 +900,16 @@ class ControllerState:
             raise ReplayError(f"BrokerRegistrationChangeRecord: unknown fenced value {fencing}")
         if shutdown not in (SHUTDOWN_CHANGE_NONE, SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN):
             raise ReplayError(f"BrokerRegistrationChangeRecord: unknown inControlledShutdown value {shutdown}")
+        log_dirs = _get(data, "log_dirs", [])
+        cordoned = _get(data, "cordoned_log_dirs")
+        # A fencing / shutdown change alone (the usual one: unfence, fence, controlled
+        # shutdown) of a shared registration gives every image the same result.
+        change = (fencing, shutdown) if not log_dirs and cordoned is None else None
+        if change is not None:
+            shared = SHARED_REGISTRATIONS.derived(offset, registration, change)
+            if shared is not None:
+                self._image.brokers[registration.broker_id] = shared
+                return
         changed = registration
         # Like Kafka's BrokerRegistration.cloneWith, fencing leaves the
         # in-controlled-shutdown flag alone; heartbeats treat fenced as taking precedence.
@@ -768,12 +919,12 @@ class ControllerState:
             changed = replace(changed, fenced=False)
         if shutdown == SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN:
             changed = replace(changed, in_controlled_shutdown=True)
-        log_dirs = _get(data, "log_dirs", [])
         if log_dirs:
             changed = replace(changed, log_dirs=tuple(log_dirs))
-        cordoned = _get(data, "cordoned_log_dirs")
         if cordoned is not None:  # null: no change
             changed = replace(changed, cordoned_log_dirs=tuple(cordoned))
+        if change is not None:
+            SHARED_REGISTRATIONS.put_derived(offset, registration, change, changed)
         self._image.brokers[registration.broker_id] = changed
 
     def _replay_no_op(self, data: Any, offset: int) -> None:
