@@ -158,7 +158,7 @@ class ControllerLoop:
         # The replay task: the only writer of the committed state. It answers in-flight
         # commands as soon as their batch is replayed.
         self.replayer = replayer
-        replayer.serve_commands(self._answer_replayed, lambda: self.active)
+        replayer.serve_commands(self._answer_replayed)
         self._speculative: ControllerState | None = None
         self.tracker = tracker
         self.group_commit = group_commit

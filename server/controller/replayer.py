@@ -86,10 +86,6 @@ class UnsupportedFinalizedLevelError(Exception):
     """KIP-778: the quorum finalized a level this node's software cannot run."""
 
 
-def _never() -> bool:
-    return False
-
-
 class Replayer:
     def __init__(
         self,
@@ -113,7 +109,6 @@ class Replayer:
         self.snapshot_interval_bytes = snapshot_interval_bytes
         self._on_commit = on_commit
         self._on_batch_replayed: Callable[[CommittedBatch], None] | None = None
-        self._leading: Callable[[], bool] = _never
         # Everything below this offset is replayed into `state` (control batches included).
         self.replayed_end_offset = replay_from_offset
         self._replayed = trio.Event()
@@ -126,12 +121,10 @@ class Replayer:
         # loop is proposing (see `expect_own_batch`), or None.
         self._own_batch: tuple[int, int, list[MetadataRecord], tuple[bytes, ...]] | None = None
 
-    def serve_commands(self, on_batch_replayed: Callable[[CommittedBatch], None], leading: Callable[[], bool]) -> None:
+    def serve_commands(self, on_batch_replayed: Callable[[CommittedBatch], None]) -> None:
         """Called by the controller loop that proposes on top of this image:
-        `on_batch_replayed` answers its in-flight commands, `leading` says whether it
-        is the active controller (a standby lets the driver's next Fetch go first)."""
+        `on_batch_replayed` answers its in-flight commands."""
         self._on_batch_replayed = on_batch_replayed
-        self._leading = leading
 
     def expect_own_batch(self, epoch: int, base_offset: int, records: list[MetadataRecord],
                          values: list[bytes]) -> None:
@@ -161,12 +154,10 @@ class Replayer:
 
     async def _replay_forever(self, reader) -> None:
         while True:
+            # No yield before replaying on a standby: the driver task that published the
+            # high watermark has already sent its next Fetch in the same step (requests
+            # leave from the driver task itself), so replaying here delays no commit.
             items = await reader.next()
-            if not self._leading():
-                # A standby learns of commits from the Fetch answer that also brought the
-                # next records: let the driver's next Fetch leave first (woken in the same
-                # scheduling round), so that replaying here does not delay the commit.
-                await trio.lowlevel.checkpoint()
             for item in items:
                 if isinstance(item, SnapshotLoaded):
                     # Read and loaded off the event loop: a large image takes seconds, during
@@ -194,6 +185,10 @@ class Replayer:
                     await self.write_snapshot(item.next_offset, item.epoch, item.timestamp_ms, "interval")
             self._replayed.set()
             self._replayed = trio.Event()
+            if self.replayed_end_offset < self.driver.high_watermark:
+                # More is committed already, so the next read returns without waiting:
+                # catching up on a backlog still lets the driver (fetches, elections) run.
+                await trio.lowlevel.checkpoint()
 
     async def _replay_batch(self, item: CommittedBatch) -> None:
         records = None

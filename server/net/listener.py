@@ -39,7 +39,7 @@ Rules kept here:
   synchronous start does (a SASL step, a command handed to the controller loop)
   happens in the order the client sent the requests, as Kafka processes them. Answers
   are written straight to a plain TCP socket when it takes them at once
-  (server/net/direct_send.py), which yields to no other task; requests are read
+  (server/net/direct_io.py), which yields to no other task; requests are read
   straight from it, and after the reader wrote answers itself the read's checkpoint
   comes before the read (`_receiver`): a client whose next request arrives while
   other connections are served is read without a wait.
@@ -50,10 +50,8 @@ Rules kept here:
 
 from __future__ import annotations
 
-import errno
 import itertools
 import math
-import os
 import ssl
 import struct
 from dataclasses import replace
@@ -63,7 +61,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
-from server.net.direct_send import send_all_now
+from server.net.direct_io import read_now, send_all_now
 from server.net.framing import SIZE_PREFIX_BYTES, FrameDecoder, FrameError
 from server.net.limits import NetLimits
 from server.security.tls import certificate_principal_name, server_ssl_context
@@ -76,8 +74,6 @@ if TYPE_CHECKING:
 
 RECEIVE_CHUNK_BYTES = 65536
 _SIZE = struct.Struct(">i")
-# The errnos trio's SocketStream reports as ClosedResourceError (another task closed it).
-_CLOSED_SOCKET_ERRNOS = frozenset((errno.EBADF, errno.ENOTSOCK))
 
 log = get_logger("net")
 
@@ -466,7 +462,6 @@ def _receiver(stream: trio.abc.ReceiveStream):
     checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
     cancel_shielded_checkpoint = trio.lowlevel.cancel_shielded_checkpoint
     wait_readable = trio.lowlevel.wait_readable
-    read = os.read
 
     async def receive_direct(answered: bool) -> bytes:
         if answered:
@@ -475,23 +470,13 @@ def _receiver(stream: trio.abc.ReceiveStream):
             await checkpoint_if_cancelled()
         waited = answered
         while True:
-            # The descriptor is read in the same synchronous step as the read: a socket
-            # closed meanwhile (fileno -1) fails here rather than reaching a reused one.
-            fd = sock.fileno()
-            try:
-                data = read(fd, RECEIVE_CHUNK_BYTES)
-            except BlockingIOError:
-                pass
-            except OSError as exc:
-                if exc.errno in _CLOSED_SOCKET_ERRNOS:
-                    raise trio.ClosedResourceError("this socket was already closed") from None
-                raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
-            else:
+            data = read_now(sock, RECEIVE_CHUNK_BYTES)
+            if data is not None:
                 if not waited:
                     # Shielded: the bytes are read, a cancellation now would drop them.
                     await cancel_shielded_checkpoint()
                 return data
-            await wait_readable(fd)
+            await wait_readable(sock.fileno())
             waited = True
     return receive_direct
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from server.net.direct_send import send_all_now, write_now
+from server.net.direct_io import send_all_now, write_now
 
 
 async def _connected_pair():
