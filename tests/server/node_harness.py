@@ -5,7 +5,8 @@
 
 Owns: formatting a metadata directory the way `kraftwerk storage format`
 does (bootstrap checkpoint + meta.properties), running a `ControllerNode`
-in a nursery on 127.0.0.1:0, and building raw request frames.
+in a nursery on 127.0.0.1:0, building raw request frames, and a connected
+pair of plain TCP streams (`connected_pair`).
 """
 
 from __future__ import annotations
@@ -107,3 +108,13 @@ def api_versions_body() -> dict:
 def validate_only_update(level: int) -> dict:
     return {"timeout_ms": 1000, "validate_only": True,
             "feature_updates": [{"feature": "metadata.version", "max_version_level": level, "upgrade_type": 1}]}
+
+
+async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    """(client, server): two ends of one real TCP connection on 127.0.0.1."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    server = await listeners[0].accept()
+    await listeners[0].aclose()
+    return client, server

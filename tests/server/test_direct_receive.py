@@ -13,22 +13,15 @@ import pytest
 import trio
 import trio.testing
 
+from node_harness import connected_pair
+
 from server.net import listener
 from server.net.listener import RECEIVE_CHUNK_BYTES
 
 
-async def _connected_pair():
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    client = await trio.open_tcp_stream("127.0.0.1", port)
-    server = await listeners[0].accept()
-    await listeners[0].aclose()
-    return client, server
-
-
 @pytest.mark.parametrize("answered", [False, True])
 async def test_reads_what_was_sent_then_the_end_of_the_stream(answered):
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     async with server:
         with trio.fail_after(10):
@@ -45,7 +38,7 @@ async def test_reads_what_was_sent_then_the_end_of_the_stream(answered):
 
 @pytest.mark.parametrize("answered", [False, True])
 async def test_a_read_waits_for_data_that_has_not_arrived(answered):
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     async with client, server:
         with trio.fail_after(10):
@@ -63,7 +56,7 @@ async def test_a_read_waits_for_data_that_has_not_arrived(answered):
 
 
 async def test_a_request_sent_while_other_tasks_ran_is_read_without_waiting(monkeypatch):
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     real_checkpoint = trio.lowlevel.checkpoint
 
     async def checkpoint_while_the_client_sends() -> None:
@@ -88,7 +81,7 @@ async def test_a_request_sent_while_other_tasks_ran_is_read_without_waiting(monk
 @pytest.mark.parametrize("answered", [False, True])
 async def test_every_read_is_a_checkpoint_even_with_data_waiting(answered):
     """A cancelled read raises before taking anything."""
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     async with client, server:
         with trio.fail_after(10):
@@ -103,7 +96,7 @@ async def test_every_read_is_a_checkpoint_even_with_data_waiting(answered):
 
 @pytest.mark.parametrize("answered", [False, True])
 async def test_a_reset_connection_is_a_broken_stream(answered):
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     # SO_LINGER 0: the close sends a reset.
     client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -116,7 +109,7 @@ async def test_a_reset_connection_is_a_broken_stream(answered):
 
 @pytest.mark.parametrize("answered", [False, True])
 async def test_a_stream_closed_by_another_task_is_a_closed_stream(answered):
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     async with client:
         with trio.fail_after(10):
@@ -159,7 +152,7 @@ class _Steps(trio.abc.Instrument):
 
 
 async def test_a_read_that_did_not_wait_still_yields():
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     receive = listener._receiver(server)
     async with client, server:
         with trio.fail_after(10):

@@ -5,16 +5,9 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from node_harness import connected_pair
+
 from server.net.direct_io import send_all_now, write_now
-
-
-async def _connected_pair():
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    client = await trio.open_tcp_stream("127.0.0.1", port)
-    server = await listeners[0].accept()
-    await listeners[0].aclose()
-    return client, server
 
 
 async def _read_exactly(stream, count: int) -> bytes:
@@ -27,7 +20,7 @@ async def _read_exactly(stream, count: int) -> bytes:
 
 
 async def test_a_small_answer_is_taken_at_once_and_arrives_whole():
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     async with client, server:
         with trio.fail_after(10):
             assert write_now(server, b"abc") == 3
@@ -36,7 +29,7 @@ async def test_a_small_answer_is_taken_at_once_and_arrives_whole():
 
 
 async def test_what_the_socket_cannot_take_at_once_follows_in_order():
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     payload = bytes(range(256)) * (64 * 1024)  # 16 MiB: more than loopback buffers hold
     async with client, server:
         with trio.fail_after(30):
@@ -53,7 +46,7 @@ async def test_what_the_socket_cannot_take_at_once_follows_in_order():
 
 
 async def test_a_closed_stream_fails_like_send_all_and_other_streams_use_send_all():
-    client, server = await _connected_pair()
+    client, server = await connected_pair()
     await server.aclose()
     try:
         write_now(server, b"x")
