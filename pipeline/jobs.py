@@ -362,6 +362,17 @@ def finish_class_archive(plan: ClassArchive, jvm) -> None:
         plan.dump.unlink(missing_ok=True)
 
 
+def _forget_gateway(gateway) -> None:
+    """Drops pyspark's handle on an exited JVM so the next session launches a new one."""
+    try:
+        if gateway is not None:
+            gateway.close()
+    except Exception:  # the JVM is gone; its sockets may already be closed
+        pass
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def spark_session(master: str, app_name: str = "kraftwerk-pipeline",
                   shuffle_partitions: int = SHUFFLE_PARTITIONS, driver_memory: str | None = DRIVER_MEMORY,
                   java_options: str = ""):
@@ -448,7 +459,12 @@ def run(fleet: Path, out: Path, master: str = "local[*]", progress: Progress = p
             spark.stop()
             if archive is not None and archive.dump is not None:
                 progress(f"pipeline: writing the class archive {archive.path} (once)")
+                gateway = SparkContext._gateway
                 finish_class_archive(archive, jvm)
+                if jvm is not None and jvm.poll() is not None:
+                    # pyspark keeps the gateway of the JVM that just exited: without
+                    # this, a later session in this process would call into it.
+                    _forget_gateway(gateway)
 
 
 def run_command(fleet: str | Path, out: str | Path, master: str = "local[*]") -> int:
