@@ -38,9 +38,8 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from pipeline.schema import (  # noqa: F401 - the record types' names, re-exported for the transforms' users
+from pipeline.schema import (
     BROKER_RECORDS,
-    BROKER_REGISTRATION_CHANGE_RECORD,
     FEATURE_LEVEL_RECORD,
     FENCE_BROKER_RECORD,
     REGISTER_BROKER_RECORD,
