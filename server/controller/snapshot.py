@@ -400,7 +400,7 @@ def _registration_value(registration: BrokerRegistration, mv_level: int | None, 
     except (struct.error, TypeError, ValueError, AttributeError, OverflowError, IndexError):
         return encode_metadata_record(_register_broker_record(registration, mv_level))
     # Another thread may store the same bytes at the same time: either write is the value.
-    object.__setattr__(registration, "snapshot_value", (version, value))
+    registration.keep_snapshot_value(version, value)
     return value
 
 

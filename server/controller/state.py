@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
@@ -121,6 +122,11 @@ class BrokerRegistration:
         """The broker's range for `feature`; a feature it did not mention is [0, 0]."""
         return self.supported_features.get(feature, SupportedRange(0, 0))
 
+    def keep_snapshot_value(self, version: int, value: bytes) -> None:
+        """Remembers `value` as this registration's snapshot record at `version`
+        (`snapshot_value`; the one field set after construction)."""
+        _set_snapshot_value(self, (version, value))
+
 
 @dataclass(frozen=True, slots=True)
 class ControllerRegistration:
@@ -191,21 +197,22 @@ class SharedRegistrations:
             by_key.clear()
         by_key[(registration.registration_offset, registration.broker_id)] = registration
 
-    def derived(self, offset: int, source: "BrokerRegistration", change: Any) -> "BrokerRegistration | None":
+    def derive(self, offset: int, source: "BrokerRegistration", change: Any,
+               build: Callable[[], "BrokerRegistration"]) -> "BrokerRegistration":
         """The registration `change` (a record's fencing / shutdown values) at `offset`
-        made of `source` in another image, if that image held this very value: a value
-        is immutable, so the same change of it gives an equal one."""
-        held = self._derived.get((offset, source.broker_id))
+        makes of `source`: the one another image got from this very value (a value is
+        immutable, so the same change of it gives an equal one), else `build()`, kept
+        for the next image."""
+        key = (offset, source.broker_id)
+        derived = self._derived
+        held = derived.get(key)
         if held is not None and held[0] is source and held[1] == change:
             return held[2]
-        return None
-
-    def put_derived(self, offset: int, source: "BrokerRegistration", change: Any,
-                    result: "BrokerRegistration") -> None:
-        derived = self._derived
+        result = build()
         if len(derived) >= self.max_entries:
             derived.clear()
-        derived[(offset, source.broker_id)] = (source, change, result)
+        derived[key] = (source, change, result)
+        return result
 
 
 def _registration_matches(registration: "BrokerRegistration", data: Any) -> bool:
@@ -268,11 +275,7 @@ def _fencing_changed(registration: "BrokerRegistration", offset: int, fenced: bo
     """`replace(registration, fenced=fenced)`, shared with the images that applied the
     same record to the same value."""
     change = FENCING_CHANGE_FENCE if fenced else FENCING_CHANGE_UNFENCE
-    changed = SHARED_REGISTRATIONS.derived(offset, registration, change)
-    if changed is None:
-        changed = replace(registration, fenced=fenced)
-        SHARED_REGISTRATIONS.put_derived(offset, registration, change, changed)
-    return changed
+    return SHARED_REGISTRATIONS.derive(offset, registration, change, lambda: replace(registration, fenced=fenced))
 
 
 def _mapping_registration(data: dict, offset: int,
@@ -902,30 +905,30 @@ class ControllerState:
             raise ReplayError(f"BrokerRegistrationChangeRecord: unknown inControlledShutdown value {shutdown}")
         log_dirs = _get(data, "log_dirs", [])
         cordoned = _get(data, "cordoned_log_dirs")
+
+        def changed() -> BrokerRegistration:
+            result = registration
+            # Like Kafka's BrokerRegistration.cloneWith, fencing leaves the
+            # in-controlled-shutdown flag alone; heartbeats treat fenced as taking precedence.
+            if fencing == FENCING_CHANGE_FENCE:
+                result = replace(result, fenced=True)
+            elif fencing == FENCING_CHANGE_UNFENCE:
+                result = replace(result, fenced=False)
+            if shutdown == SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN:
+                result = replace(result, in_controlled_shutdown=True)
+            if log_dirs:
+                result = replace(result, log_dirs=tuple(log_dirs))
+            if cordoned is not None:  # null: no change
+                result = replace(result, cordoned_log_dirs=tuple(cordoned))
+            return result
+
         # A fencing / shutdown change alone (the usual one: unfence, fence, controlled
         # shutdown) of a shared registration gives every image the same result.
-        change = (fencing, shutdown) if not log_dirs and cordoned is None else None
-        if change is not None:
-            shared = SHARED_REGISTRATIONS.derived(offset, registration, change)
-            if shared is not None:
-                self._image.brokers[registration.broker_id] = shared
-                return
-        changed = registration
-        # Like Kafka's BrokerRegistration.cloneWith, fencing leaves the
-        # in-controlled-shutdown flag alone; heartbeats treat fenced as taking precedence.
-        if fencing == FENCING_CHANGE_FENCE:
-            changed = replace(changed, fenced=True)
-        elif fencing == FENCING_CHANGE_UNFENCE:
-            changed = replace(changed, fenced=False)
-        if shutdown == SHUTDOWN_CHANGE_IN_CONTROLLED_SHUTDOWN:
-            changed = replace(changed, in_controlled_shutdown=True)
-        if log_dirs:
-            changed = replace(changed, log_dirs=tuple(log_dirs))
-        if cordoned is not None:  # null: no change
-            changed = replace(changed, cordoned_log_dirs=tuple(cordoned))
-        if change is not None:
-            SHARED_REGISTRATIONS.put_derived(offset, registration, change, changed)
-        self._image.brokers[registration.broker_id] = changed
+        if not log_dirs and cordoned is None:
+            self._image.brokers[registration.broker_id] = SHARED_REGISTRATIONS.derive(
+                offset, registration, (fencing, shutdown), changed)
+        else:
+            self._image.brokers[registration.broker_id] = changed()
 
     def _replay_no_op(self, data: Any, offset: int) -> None:
         # Nothing for the metadata; one of ours may remember a forwarded write's answer.

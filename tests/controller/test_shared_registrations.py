@@ -154,11 +154,8 @@ class NoSharing:
     def put(self, registration) -> None:
         pass
 
-    def derived(self, offset, source, change):
-        return None
-
-    def put_derived(self, offset, source, change, result) -> None:
-        pass
+    def derive(self, offset, source, change, build):
+        return build()
 
 
 def test_snapshot_bytes_held_by_a_registration_are_its_bytes_at_every_level(monkeypatch):
