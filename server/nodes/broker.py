@@ -164,10 +164,7 @@ class BrokerNode(ServingNode, BrokerServices):
             # Not a voter: the driver is a Raft observer that fetches the metadata log.
             self.raft_driver = startup.build_raft_driver(
                 config, recovered, meta.cluster_id, voter_ids, peers, random.Random(self._rng.random()),
-                client_id=f"kraftwerk-broker-{config.node_id}", security=security, directory_id=self.directory_id,
-                # An observer's appends count towards no high watermark; its event loop
-                # serves clients and heartbeats, which a slow fsync must not hold up.
-                inline_append_max_bytes=0)
+                client_id=f"kraftwerk-broker-{config.node_id}", security=security, directory_id=self.directory_id)
             # The broker's requests to the controllers (registration, heartbeats, ApiVersions,
             # forwarded requests) go over connections of their own: the observer's connection
             # to the leader carries a long-polled Fetch that the leader answers in order, which

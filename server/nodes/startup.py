@@ -42,7 +42,7 @@ from server.net.peer import PeerAddress
 from server.raft.core import RaftConfig, RaftCore
 from server.raft.driver import RaftDriver
 from server.raft.quorum_state import FileQuorumStateStore
-from server.raft.storage import INLINE_APPEND_MAX_BYTES, MetadataRaftLog, StoredRecordsCodec
+from server.raft.storage import MetadataRaftLog, StoredRecordsCodec
 from server.raft.validate import Refusal
 from server.security.client_config import ClientSecurity, ClientSecurityError
 from server.storage.bootstrap import METADATA_LOG_DIR_NAME
@@ -130,14 +130,12 @@ def build_raft_driver(
     on_refusal: Callable[[Refusal], None] | None = None,
     on_storage_change: Callable[[bool], None] | None = None,
     directory_id: uuid.UUID | None = None,
-    inline_append_max_bytes: int = INLINE_APPEND_MAX_BYTES,
 ) -> RaftDriver:
     """The Raft driver over the recovered log: a voter when `config.node_id` is in
     `voter_ids` (or, at kraft.version 1, in the log's voter set), an observer otherwise.
     Empty `voter_ids`: a dynamic quorum (KIP-853), whose controllers the driver learns
     from the log and reaches first through controller.quorum.bootstrap.servers. Its peer
-    connections (which it creates itself) get `security`. Appends up to
-    `inline_append_max_bytes` are fsynced on the event loop (see server/raft/storage.py)."""
+    connections (which it creates itself) get `security`."""
     peers = dict(peers)
     bootstrap_ids = []
     if not voter_ids:
@@ -156,7 +154,7 @@ def build_raft_driver(
         election_timeout_ms=config.quorum_election_timeout_ms, fetch_timeout_ms=config.quorum_fetch_timeout_ms,
         high_watermark_linger_ms=config.quorum_high_watermark_linger_ms,
     )
-    raft_log = MetadataRaftLog(recovered.metadata_log, inline_append_max_bytes=inline_append_max_bytes)
+    raft_log = MetadataRaftLog(recovered.metadata_log)
     history = RaftCore.load_voter_history(raft_config, raft_log, StoredRecordsCodec())
     # The quorum-state file's ids are checked against the static voters only while they are
     # the voters (kraft.version 0); once the log names them, any of its voters may lead.

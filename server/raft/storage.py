@@ -22,10 +22,7 @@ Rules kept here:
   follower whose disk stalls stalls with it; it could not acknowledge
   meanwhile). The leader's writes stay in a worker thread: its disk must not
   stall the commits its followers' copies can make.
-  Catch-up appends (large) still go to a worker thread. A broker's log is
-  built with `inline_append_max_bytes=0`: as an observer its appends count
-  towards no high watermark, and its event loop serves clients and its own
-  heartbeats, which a stalled disk must not hold up.
+  Catch-up appends (large) still go to a worker thread.
 - A leader may send before its own fsync (KRaft does), so its appends are
   *staged*: `stage` puts them in memory at once (no worker thread on the
   commit path) and the log answers the core as if they were written (end
@@ -172,13 +169,9 @@ class MetadataRaftLog:
     """See the module docstring. The MetadataLog stays owned (opened, closed) by the caller."""
 
     def __init__(self, log: MetadataLog, snapshot_config: SnapshotConfig | None = None,
-                 tail_cache_bytes: int = DEFAULT_TAIL_CACHE_BYTES,
-                 inline_append_max_bytes: int = INLINE_APPEND_MAX_BYTES) -> None:
+                 tail_cache_bytes: int = DEFAULT_TAIL_CACHE_BYTES) -> None:
         if tail_cache_bytes < 0:
             raise ValueError("tail_cache_bytes must not be negative")
-        if inline_append_max_bytes < 0:
-            raise ValueError("inline_append_max_bytes must not be negative")
-        self._inline_append_max_bytes = inline_append_max_bytes
         self.metadata_log = log
         self.directory = log.directory
         self._snapshot_config = snapshot_config or SnapshotConfig()
@@ -504,7 +497,7 @@ class MetadataRaftLog:
                 while index < len(ops) and isinstance(ops[index], Append):
                     run.append(ops[index].batch)
                     index += 1
-                if sum(_stored_size(batch) for batch in run) <= self._inline_append_max_bytes:
+                if sum(_stored_size(batch) for batch in run) <= INLINE_APPEND_MAX_BYTES:
                     stored = self._append_sync(run)
                 else:
                     stored = await trio.to_thread.run_sync(self._append_sync, run)
