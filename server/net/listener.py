@@ -42,7 +42,11 @@ Rules kept here:
   (server/net/direct_io.py), which yields to no other task; requests are read
   straight from it, and after the reader wrote answers itself the read's checkpoint
   comes before the read (`_receiver`): a client whose next request arrives while
-  other connections are served is read without a wait.
+  other connections are served is read without a wait. An answer still being
+  produced that is next in line, with nothing queued before it, is handed over by
+  the writer to the task that completes it (`PendingResponse.set`): written in that
+  task's step, not in a wake-up of the writer; the writer takes it back whenever
+  order, a partial write, a close or the request timeout needs it.
 - Each connection remembers the API version ranges ApiVersions told it
   (`Connection.advertised`): what the dispatcher judges its requests by after a
   metadata.version change, and what decides whether the change closes it.
@@ -61,7 +65,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from server.config import SASL_PROTOCOLS, TLS_PROTOCOLS, Listener, ServerConfig
-from server.net.direct_io import read_now, send_all_now
+from server.net.direct_io import read_now, send_all_now, write_now
 from server.net.framing import SIZE_PREFIX_BYTES, FrameDecoder, FrameError
 from server.net.limits import NetLimits
 from server.security.tls import certificate_principal_name, server_ssl_context
@@ -74,6 +78,8 @@ if TYPE_CHECKING:
 
 RECEIVE_CHUNK_BYTES = 65536
 _SIZE = struct.Struct(">i")
+# What the writer's wait beside a handed-over answer saw when the reader closed the channel.
+_END_OF_RESPONSES = object()
 
 log = get_logger("net")
 
@@ -108,18 +114,32 @@ async def open_listeners(name: str, host: str, port: int) -> list[trio.SocketLis
 
 
 class PendingResponse:
-    """A response that a task is still producing; the writer waits on it in order."""
+    """A response that a task is still producing; the writer waits on it in order.
 
-    __slots__ = ("event", "payload", "created_at")
+    When it is the next answer the connection owes and the writer has nothing else to
+    write, the writer hands it over (`deliver`) instead of waiting for it: `set` then
+    writes it to the socket in the completing task's own step (the Raft driver's for a
+    Fetch answer, the handler's for a write), with no wake-up of the writer. What the
+    socket does not take at once, and a close, go back to the writer."""
+
+    __slots__ = ("event", "payload", "created_at", "deliver", "written")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.payload: bytes | None = None  # None after the event = close the connection
         # When the request was read: kraftwerk.request.timeout.ms counts from here.
         self.created_at = trio.current_time()
+        # Set by the writer while the answer is handed over to its completer.
+        self.deliver = None
+        # The whole answer left through `deliver` (its token is back).
+        self.written = False
 
     def set(self, payload: bytes | None) -> None:
         self.payload = payload
+        deliver = self.deliver
+        if deliver is not None:
+            self.deliver = None
+            deliver(self)
         self.event.set()
 
 
@@ -390,8 +410,20 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
     Releases one `in_flight` token per response once it has been sent. When it
     stops for any reason (a handler asked to close, the peer went away, or the
     reader closed the channel and everything was flushed) it ends the whole
-    connection, so a reader blocked on a token or a socket read never lingers."""
+    connection, so a reader blocked on a token or a socket read never lingers.
+
+    An answer still being produced that is next in line, with nothing before it to
+    write, is handed over to its completer on a plain TCP stream (`PendingResponse`):
+    the writer then waits for the next queued response instead, and takes the answer
+    back (waiting for it as before) when one comes first, when the socket did not take
+    all of it, when it closes the connection, or at its request timeout. So the usual
+    answer of a waiting client or a parked Fetch costs the writer no wake-up, and
+    leaves in the very step that produced it."""
     stream = conn.stream
+    direct = stream.__class__ is trio.SocketStream
+    # The answer handed over (None: none), and the scope of the wait beside it.
+    handed: PendingResponse | None = None
+    wait_scope: trio.CancelScope | None = None
 
     async def send(chunks: list[bytes]) -> None:
         await send_all_now(stream, chunks[0] if len(chunks) == 1 else b"".join(chunks))
@@ -399,9 +431,72 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
         outbox.queued -= len(chunks)
         conn.close_if_done()
 
+    def deliver(slot: PendingResponse) -> None:
+        # In the completer's task, while this writer waits for its next response: no
+        # other task writes to the stream now (the reader writes only with nothing queued,
+        # and this answer is). Never raises into the completer.
+        payload = slot.payload
+        if payload is not None:
+            try:
+                sent = write_now(stream, payload)
+            except trio.BrokenResourceError:
+                sent = 0  # the writer's own send reports it
+            if sent == len(payload):
+                slot.written = True
+                in_flight.give(1)
+                outbox.queued -= 1
+                conn.close_if_done()
+                return
+            if sent:
+                slot.payload = payload[sent:]
+        # The rest, or the close, is the writer's: wake it.
+        if wait_scope is not None:
+            wait_scope.cancel()
+
+    async def take_back(slot: PendingResponse) -> bool:
+        """Waits for a handed-over answer and writes what `deliver` did not; False
+        when the connection is to end (closed by the handler, or timed out)."""
+        slot.deliver = None
+        if slot.written:
+            return True
+        if not await _wait_answer(conn, slot, request_timeout_s):
+            if on_timeout is not None:
+                on_timeout()
+            return False
+        if slot.written:
+            return True
+        if slot.payload is None:
+            return False
+        await send([slot.payload])
+        return True
+
     try:
-        async for item in responses:
+        while True:
+            if handed is None:
+                try:
+                    item = await responses.receive()
+                except trio.EndOfChannel:
+                    return
+            else:
+                item = None
+                with trio.CancelScope(deadline=handed.created_at + request_timeout_s) as wait_scope:
+                    try:
+                        item = await responses.receive()
+                    except trio.EndOfChannel:
+                        item = _END_OF_RESPONSES
+                wait_scope = None
+                slot, handed = handed, None
+                if not await take_back(slot):
+                    return
+                if item is None:
+                    continue
+                if item is _END_OF_RESPONSES:
+                    return
             if item.__class__ is PendingResponse:
+                if not item.event.is_set() and direct:
+                    item.deliver = deliver
+                    handed = item
+                    continue
                 if not await _wait_answer(conn, item, request_timeout_s):
                     if on_timeout is not None:
                         on_timeout()
@@ -420,6 +515,10 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                     if not nxt.event.is_set():
                         await send(chunks)
                         chunks = []
+                        if direct:
+                            nxt.deliver = deliver
+                            handed = nxt
+                            break
                         if not await _wait_answer(conn, nxt, request_timeout_s):
                             if on_timeout is not None:
                                 on_timeout()
@@ -436,6 +535,8 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
     finally:
+        if handed is not None:
+            handed.deliver = None
         done.set()
         close_connection()
 
