@@ -425,11 +425,23 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
     handed: PendingResponse | None = None
     wait_scope: trio.CancelScope | None = None
 
+    def left(count: int) -> None:
+        # `count` answers left: their tokens go back, and a closing connection may end.
+        in_flight.give(count)
+        outbox.queued -= count
+        conn.close_if_done()
+
     async def send(chunks: list[bytes]) -> None:
         await send_all_now(stream, chunks[0] if len(chunks) == 1 else b"".join(chunks))
-        in_flight.give(len(chunks))
-        outbox.queued -= len(chunks)
-        conn.close_if_done()
+        left(len(chunks))
+
+    async def answered(slot: PendingResponse) -> bool:
+        """Waits for `slot`'s answer; False (after `on_timeout`) at the request timeout."""
+        if await _wait_answer(conn, slot, request_timeout_s):
+            return True
+        if on_timeout is not None:
+            on_timeout()
+        return False
 
     def deliver(slot: PendingResponse) -> None:
         # In the completer's task, while this writer waits for its next response: no
@@ -443,9 +455,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                 sent = 0  # the writer's own send reports it
             if sent == len(payload):
                 slot.written = True
-                in_flight.give(1)
-                outbox.queued -= 1
-                conn.close_if_done()
+                left(1)
                 return
             if sent:
                 slot.payload = payload[sent:]
@@ -459,9 +469,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
         slot.deliver = None
         if slot.written:
             return True
-        if not await _wait_answer(conn, slot, request_timeout_s):
-            if on_timeout is not None:
-                on_timeout()
+        if not await answered(slot):
             return False
         if slot.written:
             return True
@@ -497,9 +505,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                     item.deliver = deliver
                     handed = item
                     continue
-                if not await _wait_answer(conn, item, request_timeout_s):
-                    if on_timeout is not None:
-                        on_timeout()
+                if not await answered(item):
                     return
                 item = item.payload
                 if item is None:
@@ -519,9 +525,7 @@ async def _writer(conn: Connection, responses: trio.MemoryReceiveChannel, done: 
                             nxt.deliver = deliver
                             handed = nxt
                             break
-                        if not await _wait_answer(conn, nxt, request_timeout_s):
-                            if on_timeout is not None:
-                                on_timeout()
+                        if not await answered(nxt):
                             return
                     if nxt.payload is None:
                         if chunks:
