@@ -30,7 +30,11 @@ each printing its command line and markdown tables:
           it serves (cli/main.py): on the idle machine, one run each back to
           back, the median of steps at N=300 was 1,484 ms frozen and 1,552 ms
           not (the collector's share of a step is ~0.6 s unfrozen, ~0.25 s
-          frozen; which step a full collection lands in moves more). --settle waits
+          frozen; which step a full collection lands in moves more). The
+          youngest generation's threshold is a serving process's own
+          (server/collector.py `use_serving_thresholds`, as cli/main.py sets
+          it for every node it serves); --no-serving-thresholds keeps
+          CPython's 700. --settle waits
           (bounded, reported) before each step until every broker is RUNNING
           and has replayed the high watermark, so a step does not carry the
           previous one's re-registrations. --py-spy PATH profiles the steps.
@@ -81,6 +85,7 @@ import trio  # noqa: E402
 
 import _common as common  # noqa: E402
 from protocol.errors import ErrorCode  # noqa: E402
+from server.collector import use_serving_thresholds  # noqa: E402
 
 VOTERS = 3
 BROKER_ID_BASE = 100  # controllers are 1..3
@@ -496,6 +501,17 @@ def run_fanout(args) -> int:
     SENT = count_exchanges()
     counts = [int(x) for x in args.brokers.split(",") if x.strip()]
     nofile = raise_open_files_limit()
+    # The N brokers stand for N `kraftwerk broker` processes, each of which collects
+    # its youngest generation as cli/main.py sets it.
+    thresholds_before = use_serving_thresholds() if args.serving_thresholds else None
+    try:
+        return _run_fanout_cells(args, counts, nofile)
+    finally:
+        if thresholds_before is not None:
+            gc.set_threshold(*thresholds_before)
+
+
+def _run_fanout_cells(args, counts: list[int], nofile: int) -> int:
     load_start = os.getloadavg()
     budget_deadline_wall = time.monotonic() + args.budget_s
     cells: dict[int, dict] = {}
@@ -524,6 +540,7 @@ def run_fanout(args) -> int:
               file=sys.stderr)
 
     print(f"$ {common.command_line()}")
+    thresholds_from = "a serving process's" if args.serving_thresholds else "CPython's defaults"
     print(f"Per N: a fresh {VOTERS}-voter quorum (real processes, fsync on, 127.0.0.1) formatted at "
           f"{FANOUT_FORMAT_MV}; N BrokerNodes (release {RELEASE}, heartbeat {HEARTBEAT_INTERVAL_MS} ms, own "
           f"directory and fsynced metadata log each) in this one trio process. After all N are RUNNING, "
@@ -532,6 +549,7 @@ def run_fanout(args) -> int:
           f"committed reply's arrival to the broker's image showing the level (its commit callback) and to "
           f"`wait_renegotiated(level)` returning (negative: before the reply reached the client). "
           f"{'gc.freeze() once all were RUNNING (as `kraftwerk broker` freezes its start-up heap). ' if args.gc_freeze else 'No gc.freeze(): full collections walk all N images. '}"
+          f"Collector thresholds {gc.get_threshold()} ({thresholds_from}). "
           f"RLIMIT_NOFILE {nofile}; budget {args.budget_s:g} s; "
           f"{os.cpu_count()} CPUs shared by the brokers' process and the three controllers.\n")
     rows = []
@@ -617,6 +635,7 @@ def run_fanout(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "command": common.command_line(), "gc_freeze": args.gc_freeze, "settle": args.settle,
+            "serving_thresholds": args.serving_thresholds, "gc_thresholds": gc.get_threshold(),
             "load_start": load_start, "load_end": load_end,
             "skipped": skipped, "results": {str(n): _cell_json(n, cell) for n, cell in cells.items()}},
             indent=2, default=str))
@@ -1005,6 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="gc.freeze() once all N are RUNNING, as `kraftwerk broker` does once it serves "
                           "(cli/main.py): full collections then skip the start-up heap, here the N images "
                           "the one process holds (default off: no faster on the idle machine; see GcClock)")
+    fan.add_argument("--serving-thresholds", action=argparse.BooleanOptionalAction, default=True,
+                     help="collect the youngest generation as a serving process does (server/collector.py "
+                          "use_serving_thresholds, set by cli/main.py for every node it serves); "
+                          "--no-serving-thresholds keeps CPython's defaults")
     fan.add_argument("--settle", action=argparse.BooleanOptionalAction, default=False,
                      help="before each step, wait (bounded) until every broker is RUNNING and has replayed "
                           "the high watermark, unchanged over 3 polls: a step then does not carry the previous "

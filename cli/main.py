@@ -49,6 +49,7 @@ from cli.local_cluster import (
 )
 from cli.metadata_tools import add_parsers as add_metadata_tool_parsers
 from cli.node_process import StopSignals, listener_refusal, refusal_message, serve_until_stopped
+from server.collector import use_serving_thresholds
 from server.net.listener import ListenerBindError
 from cli.migration_story import MigrationCluster, MigrationStoryError
 from cli.quorum_tools import add_parsers as add_quorum_parsers
@@ -217,6 +218,7 @@ def _serve_node(node, port_file: str | None, before_stop, fatal: type[BaseExcept
         if port_file:
             Path(port_file).write_text(f"{port}\n")
 
+    use_serving_thresholds()
     try:
         trio.run(serve_until_stopped, node.run, before_stop, started, early, node.config.node_id)
     except (BaseExceptionGroup, ListenerBindError) as error:

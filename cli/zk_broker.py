@@ -24,6 +24,7 @@ from pathlib import Path
 import trio
 
 from cli.node_process import StopSignals, listener_refusal, refusal_message, serve_until_stopped
+from server.collector import use_serving_thresholds
 from server.config import config_from_properties, load_properties
 from server.net.listener import ListenerBindError
 from server.observability import configure_logging
@@ -132,6 +133,7 @@ def _run(args, early: StopSignals) -> int:
     async def stop() -> None:
         node.request_stop()  # closes the ZooKeeper session, so the registration goes at once
 
+    use_serving_thresholds()  # the collector as every serving process runs it: see server/collector.py
     try:
         trio.run(serve_until_stopped, node.run, stop, started, early, config.node_id, FINISH_STARTING_S)
     except BaseExceptionGroup as group:

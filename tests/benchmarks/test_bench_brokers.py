@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from server.collector import SERVING_YOUNG_GENERATION_OBJECTS
+
 from .bench_runner import run_bench
 
 pytestmark = pytest.mark.e2e
@@ -24,6 +26,9 @@ def test_the_fanout_bench_reports_its_fields_for_two_brokers(tmp_path):
     assert len(report["load_start"]) == 3 and len(report["load_end"]) == 3
     # --gc-freeze freezes the heap as `kraftwerk broker` does; --settle waits for a quiet cluster before each step.
     assert report["gc_freeze"] is True and report["settle"] is True
+    # By default the brokers' process collects its youngest generation as a serving process does.
+    assert report["serving_thresholds"] is True
+    assert report["gc_thresholds"][0] == SERVING_YOUNG_GENERATION_OBJECTS
     assert report["skipped"] == []
     cell = report["results"][str(BROKERS)]
     assert cell["brokers"] == BROKERS and cell["note"] == ""
