@@ -28,9 +28,9 @@ each printing its command line and markdown tables:
           process; --gc-freeze freezes the heap (gc.freeze()) after each broker
           starts and once all N run, as `kraftwerk broker` freezes its own once
           it serves (cli/main.py): on the idle machine, one run each back to
-          back, the median of steps at N=300 was 1,484 ms frozen and 1,552 ms
-          not (the collector's share of a step is ~0.6 s unfrozen, ~0.25 s
-          frozen; which step a full collection lands in moves more). The
+          back, the median of steps at N=300 was 1,071 ms frozen and 942-1,128
+          ms not (with the serving threshold below, the collector takes
+          0.05-0.2 s of a step either way). The
           youngest generation's threshold is a serving process's own
           (server/collector.py `use_serving_thresholds`, as cli/main.py sets
           it for every node it serves); --no-serving-thresholds keeps
