@@ -32,9 +32,8 @@ from typing import Iterator
 # times fewer middle ones, each promoting about what one does now, and the full
 # collections those promotions trigger come that much less often (bench_brokers.py
 # fanout, 300 brokers in one process: ~0.5 s of collector per step becomes ~0.1 s,
-# with no full collection). What this costs: cyclic garbage (a cancellation's
-# exception, traceback and frames) waits up to this many allocations to be found,
-# and each young collection, ten times rarer, does ten times the work at once (in
+# with no full collection). What this costs: cyclic garbage waits up to this many
+# allocations to be found, and each young collection, ten times rarer, does ten times the work at once (in
 # that bench ~15-25 ms a pause instead of ~0.5 ms; larger thresholds gained nothing
 # more there and paused for ~70 ms).
 SERVING_YOUNG_GENERATION_OBJECTS = 7_000
