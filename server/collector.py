@@ -21,21 +21,21 @@ import gc
 from contextlib import contextmanager
 from typing import Iterator
 
-# Net new container objects between two collections of the youngest generation in
-# a serving process (CPython's default is 700). Whatever is alive when the middle
+# Net new container objects between two collections of the youngest generation in a
+# serving process (CPython's default is 700). Whatever is alive when the middle
 # generation is collected (every ten young collections) moves to the old one and is
 # walked again by the next full collection. A serving node's young objects that live
-# at all live for a round trip or a long poll: requests in flight, the trio
-# machinery of tasks parked on sockets and events. With 700, a middle collection
-# comes every few milliseconds of work and promotes nearly all of them, only for
-# them to die soon after as old garbage. Ten times fewer young collections mean ten
-# times fewer middle ones, each promoting about what one does now, and the full
-# collections those promotions trigger come that much less often (bench_brokers.py
-# fanout, 300 brokers in one process: ~0.5 s of collector per step becomes ~0.1 s,
-# with no full collection). What this costs: cyclic garbage waits up to this many
-# allocations to be found, and each young collection, ten times rarer, does ten times the work at once (in
-# that bench ~15-25 ms a pause instead of ~0.5 ms; larger thresholds gained nothing
-# more there and paused for ~70 ms).
+# at all live for a round trip or a long poll: requests in flight, the trio machinery
+# of tasks parked on sockets and events. With 700, a middle collection comes every few
+# milliseconds of work and promotes nearly all of them, only for them to die soon
+# after as old garbage. Ten times fewer young collections mean ten times fewer middle
+# ones, each promoting about what one does now, and the full collections those
+# promotions trigger come that much less often (bench_brokers.py fanout, 300 brokers
+# in one process: ~0.5 s of collector per step becomes ~0.1 s, with no full
+# collection). What this costs: cyclic garbage waits up to this many allocations to be
+# found, and each young collection, ten times rarer, does ten times the work at once
+# (in that bench ~15-25 ms a pause instead of ~0.5 ms; larger thresholds gained
+# nothing more there and paused for ~70 ms).
 SERVING_YOUNG_GENERATION_OBJECTS = 7_000
 
 
