@@ -14,7 +14,7 @@ import time
 from enum import StrEnum
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, GCCollector, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily
 
 
@@ -269,6 +269,12 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # The process's own, as prometheus_client reports them for any Python process:
+        # CPU seconds, memory and open files (process_*), and the cyclic collector's
+        # collections and objects collected by generation (python_gc_*), which show
+        # whether full collections run (server/collector.py sets how often young ones do).
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self.requests = RequestCounts("kraftwerk_requests", "Requests handled", self.registry)
         self.request_errors = Counter(
             "kraftwerk_request_errors", "Requests refused or failed", ["reason"], registry=self.registry

@@ -203,6 +203,10 @@ async def test_a_controller_serves_its_metrics_when_a_port_is_configured(tmp_pat
     assert found[("kafka_server_metadata_type", ())] == 3
     assert found[("kafka_controller_active_controller_count", ())] == 1
     assert found[("kafka_controller_migration_state", ())] == 6  # no migration: KRaft
+    # The process's own: its CPU so far, and the cyclic collector's collections per generation.
+    assert found[("process_cpu_seconds_total", ())] > 0
+    assert {labels for name, labels in found if name == "python_gc_collections_total"} == {
+        (("generation", str(generation)),) for generation in range(3)}
 
 
 async def test_no_metrics_port_serves_no_metrics(tmp_path):
