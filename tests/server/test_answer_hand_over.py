@@ -68,6 +68,13 @@ async def _until(condition) -> None:
         await trio.lowlevel.checkpoint()
 
 
+async def _pending_and_settled(dispatcher: _Dispatcher, correlation: int) -> None:
+    """Until request `correlation`'s answer is pending and every task has blocked: the
+    writer has then either handed it over or is waiting for it."""
+    await _until(lambda: correlation in dispatcher.pending)
+    await trio.testing.wait_all_tasks_blocked()
+
+
 async def _serve(config: ServerConfig, server) -> tuple[_Dispatcher, Connection]:
     dispatcher = _Dispatcher(config)
     return dispatcher, Connection(1, "127.0.0.1:1", server)
@@ -81,8 +88,7 @@ async def test_an_answer_is_written_by_the_task_that_completes_it():
             nursery.start_soon(serve_connection, conn, dispatcher)
             for round_ in range(3):
                 await client.send_all(frame(b"P", round_))
-                await _until(lambda: round_ in dispatcher.pending)
-                await trio.testing.wait_all_tasks_blocked()
+                await _pending_and_settled(dispatcher, round_)
                 slot = dispatcher.pending[round_]
                 assert slot.deliver is not None  # handed over: nothing else is owed
                 slot.set(b"%d:answer;" % round_)
@@ -99,13 +105,11 @@ async def test_answers_leave_in_request_order_around_a_handed_over_one():
         with trio.fail_after(TIMEOUT_S):
             nursery.start_soon(serve_connection, conn, dispatcher)
             await client.send_all(frame(b"P", 1))
-            await _until(lambda: 1 in dispatcher.pending)
-            await trio.testing.wait_all_tasks_blocked()
+            await _pending_and_settled(dispatcher, 1)
             assert dispatcher.pending[1].deliver is not None
             # Behind the handed-over answer: a ready one, then another slow one, in one chunk.
             await client.send_all(frame(b"S", 2) + frame(b"P", 3) + frame(b"S", 4))
-            await _until(lambda: 3 in dispatcher.pending)
-            await trio.testing.wait_all_tasks_blocked()
+            await _pending_and_settled(dispatcher, 3)
             # The writer took answer 1 back when answer 2 queued behind it.
             assert dispatcher.pending[1].deliver is None
             dispatcher.pending[3].set(b"3:late;")
@@ -124,8 +128,7 @@ async def test_what_the_socket_does_not_take_at_once_follows_through_the_writer(
         with trio.fail_after(TIMEOUT_S * 3):
             nursery.start_soon(serve_connection, conn, dispatcher)
             await client.send_all(frame(b"P", 0))
-            await _until(lambda: 0 in dispatcher.pending)
-            await trio.testing.wait_all_tasks_blocked()
+            await _pending_and_settled(dispatcher, 0)
             slot = dispatcher.pending[0]
             assert slot.deliver is not None
             slot.set(big)
@@ -144,8 +147,7 @@ async def test_a_handed_over_close_ends_the_connection():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve_connection, conn, dispatcher)
                 await client.send_all(frame(b"S", 0) + frame(b"P", 1))
-                await _until(lambda: 1 in dispatcher.pending)
-                await trio.testing.wait_all_tasks_blocked()
+                await _pending_and_settled(dispatcher, 1)
                 assert await _read_exactly(client, len(b"0:sync;")) == b"0:sync;"
                 assert dispatcher.pending[1].deliver is not None
                 dispatcher.pending[1].set(None)  # the handler closes the connection
@@ -173,8 +175,7 @@ async def test_a_handed_over_answer_still_times_out(mock_clock):
                     assert await _read_exactly(client, len(b"0:sync;")) == b"0:sync;"
                     await trio.testing.wait_all_tasks_blocked()
                     await client.send_all(frame(b"P", 1))
-                    await _until(lambda: 1 in dispatcher.pending)
-                    await trio.testing.wait_all_tasks_blocked()
+                    await _pending_and_settled(dispatcher, 1)
                     assert dispatcher.pending[1].deliver is not None
                     mock_clock.jump(0.9)
                     await trio.testing.wait_all_tasks_blocked()
@@ -197,8 +198,7 @@ async def _scenario_bytes(client, server, expected_length: int) -> tuple[bytes, 
             await client.send_all(frame(kind, number))
             await trio.testing.wait_all_tasks_blocked()
             if kind == b"P":
-                await _until(lambda: number in dispatcher.pending)
-                await trio.testing.wait_all_tasks_blocked()
+                await _pending_and_settled(dispatcher, number)
                 slot = dispatcher.pending[number]
                 handed |= slot.deliver is not None
                 if number != 2:
